@@ -1,0 +1,53 @@
+"""The one exception hierarchy of slurmkit.
+
+Every error the library raises on purpose is a :class:`SlurmkitError`.  The
+CLI's single error boundary maps each class to an exit code and prints the
+message as one ``Error: ...`` line, so messages must be complete sentences
+that tell the user what to do next.
+"""
+
+
+class SlurmkitError(Exception):
+    """Base class: an operation failed (exit code 1)."""
+
+    exit_code = 1
+
+
+class UsageError(SlurmkitError):
+    """The user asked for something impossible or unknown (exit code 2)."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A site config file is missing, malformed or invalid (exit code 2)."""
+
+
+class JobDoesNotFitError(UsageError):
+    """The job exceeds a limit of the partition; refused before sbatch."""
+
+
+class SlurmCommandError(SlurmkitError):
+    """A Slurm command ran and refused (sbatch's own message is kept)."""
+
+    def __init__(self, message, argv=None, returncode=None, stderr=""):
+        super().__init__(message)
+        self.argv = list(argv or [])
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class SlurmUnavailableError(SlurmkitError):
+    """Slurm cannot be reached at all (commands missing, slurmctld down)."""
+
+
+class RemoteError(SlurmkitError):
+    """Base for failures reaching a cluster's login node over SSH."""
+
+
+class HostKeyError(RemoteError):
+    """The login node's host key is unknown or changed: the connection is refused."""
+
+
+class ConnectTimeoutError(RemoteError):
+    """A connection or a remote command did not answer in time."""
