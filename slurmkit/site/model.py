@@ -40,6 +40,14 @@ class Partition:
     max_nodes: Optional[int] = None      # None: no limit known
     max_time: Optional[str] = None       # Slurm time string, None: unlimited
     fabric: Fabric = field(default_factory=Fabric)
+    gres_name: Optional[str] = None      # Slurm gres name; None: derive ("gpu" nvidia, "npu" ascend)
+
+    @property
+    def effective_gres_name(self):
+        """The gres name jobs request (``--gres=NAME:TYPE:N``); None without accelerator."""
+        if self.gres_name:
+            return self.gres_name
+        return {"nvidia": "gpu", "ascend": "npu"}.get(self.accelerator)
 
 
 @dataclass(frozen=True)
