@@ -1,0 +1,53 @@
+# slurmkit: `make test` and `make demo` work on a fresh Debian 12 machine as root.
+# Everything Python goes into .venv; all cluster state into .devcluster/ (ignored).
+
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+include devcluster/cluster.mk
+
+.PHONY: help venv test unit integration demo bench clean
+
+help:
+	@echo "make test      install everything, start the local clusters, run all tests, stop the clusters"
+	@echo "make unit      unit tests only (no cluster needed)"
+	@echo "make demo      start the local clusters and run a 2-node --comm heavy job end to end"
+	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
+	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
+
+# Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
+install-python:
+	@python3 -c 'import ensurepip, venv' 2>/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip; }
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml | install-python
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	touch $@
+
+unit: venv
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# The clusters are stopped whatever the tests did; the exit status is the tests'.
+test: venv cluster-up
+	@status=0; $(PY) -m pytest -q tests $(PYTEST_ARGS) || status=$$?; \
+	  $(MAKE) --no-print-directory cluster-down; exit $$status
+
+demo: venv cluster-up
+	$(PY) -m slurmkit submit --site site_configs/local.yaml --cluster alpha --partition gpu \
+	    --nodes 2 --gpus-per-node 2 --comm heavy --template srun --time 5 \
+	    --output "$(CURDIR)/.devcluster/demo-%j.out" --json \
+	    -- bash -c 'echo "$$(hostname) $$SLURMD_NODENAME NCCL_SOCKET_IFNAME=$$NCCL_SOCKET_IFNAME"' \
+	  | tee .devcluster/demo-submit.json
+	$(PY) -m slurmkit wait --site site_configs/local.yaml \
+	    "$$($(PY) -c 'import json; print(json.load(open(".devcluster/demo-submit.json"))["id"])')"
+
+bench: venv cluster-up
+	$(PY) bench/bench_submit.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

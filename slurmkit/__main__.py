@@ -1,0 +1,5 @@
+"""``python -m slurmkit`` runs the CLI."""
+
+from slurmkit.cli import run
+
+run()

@@ -1,0 +1,176 @@
+"""The commands.  Each one parses options, calls one library function, prints."""
+
+import json
+
+import click
+
+from slurmkit.cli.options import (cluster_option, job_options, job_spec_from, json_option, pass_session,
+                                  site_option)
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _warn(warnings):
+    for warning in warnings:
+        click.echo("Warning: %s" % warning, err=True)
+
+
+def _print_json(data):
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="slurmkit", message="slurmkit %(version)s")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def cli(debug):
+    """Topology-aware Slurm job submission for GPU sites."""
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+@cluster_option
+@job_options
+@pass_session
+def render(session, cluster, **kwargs):
+    """Print the sbatch script that 'submit' would send, without submitting.
+
+    \b
+    Example:
+      slurmkit render --site mysite -p gpu -N 4 --comm heavy -- python train.py --lr 3e-4
+    """
+    from slurmkit import jobs
+
+    rendered = jobs.prepare(session, job_spec_from(kwargs), cluster, kwargs.pop("partition"))
+    _warn(rendered.warnings)
+    click.echo(rendered.script, nl=False)
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+@cluster_option
+@job_options
+@json_option
+@pass_session
+def submit(session, cluster, as_json, **kwargs):
+    """Render a job for the site and submit it; prints CLUSTER:JOBID.
+
+    \b
+    Example:
+      slurmkit submit --site mysite --partition gpu --nodes 4 --gpus-per-node 8 \\
+          --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
+    """
+    from slurmkit import jobs
+
+    submission = jobs.submit(session, job_spec_from(kwargs), cluster, kwargs.pop("partition"))
+    _warn(submission.rendered.warnings)
+    if as_json:
+        _print_json(submission.to_dict())
+    else:
+        click.echo(str(submission.ref))
+
+
+def _format_table(rows, headers):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [headers] + rows]
+    return "\n".join(lines)
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+@click.option("--user", "-u", metavar="USER", help="Without JOB ids: list this user's slurmkit jobs.")
+@json_option
+@click.argument("job_ids", nargs=-1, metavar="[JOB]...")
+@pass_session
+def status(session, user, as_json, job_ids):
+    """Show jobs (CLUSTER:JOBID or JOBID); without ids, your slurmkit jobs.
+
+    Exits 1 when a job id is unknown to its cluster.
+    """
+    from slurmkit import jobs
+
+    refs = [jobs.parse_ref(j, session) for j in job_ids]
+    found, missing = jobs.status(session, refs, user=user)
+    if as_json:
+        _print_json({"jobs": [dict(j.to_dict(), id=str(ref), cluster=ref.cluster) for ref, j in found],
+                     "missing": [str(ref) for ref in missing]})
+    else:
+        rows = [[str(ref), j.name, j.state, j.partition, j.node_count,
+                 j.nodelist if j.nodelist else "(%s)" % j.reason,
+                 j.start_time.strftime("%Y-%m-%dT%H:%M:%S") if j.start_time else "-"] for ref, j in found]
+        if rows:
+            click.echo(_format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"]))
+        for ref in missing:
+            click.echo("Error: job %s is not known to cluster %s" % (ref, ref.cluster), err=True)
+    return 1 if missing else 0
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOB...")
+@pass_session
+def cancel(session, job_ids):
+    """Cancel jobs (CLUSTER:JOBID or JOBID)."""
+    from slurmkit import jobs
+
+    for ref in jobs.cancel(session, [jobs.parse_ref(j, session) for j in job_ids]):
+        click.echo("cancelled %s" % ref)
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+def templates(site):
+    """List the job templates (the site's own first, then the built-ins)."""
+    from slurmkit import render as rendering
+    from slurmkit.site import find_site
+
+    site_obj = find_site(site) if site else None
+    found = rendering.available_templates(site_obj)
+    rows = [[name, rendering.template_description(path), str(path)] for name, path in sorted(found.items())]
+    click.echo(_format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"]))
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
+@cluster_option
+@click.option("--partition", "-p", metavar="NAME", help="Count only this partition's accelerators.")
+@pass_session
+def topology(session, cluster, partition):
+    """Draw the cluster's switch tree with each node's state and free GPUs."""
+    from slurmkit import reports
+
+    click.echo(reports.topology_report(session, cluster, partition))
+
+
+@cli.group(context_settings=CONTEXT)
+def site():
+    """Site configs: validate, show, trust login nodes."""
+
+
+@site.command("validate", context_settings=CONTEXT)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def site_validate(files):
+    """Check site config files: one line per problem, exit 2 if any."""
+    from slurmkit import reports
+
+    problems, warnings, ok = reports.validate_report(files)
+    for line in warnings:
+        click.echo("Warning: %s" % line, err=True)
+    for line in problems:
+        click.echo(line, err=True)
+    for path in ok:
+        click.echo("%s: ok" % path)
+    return 2 if problems else 0
+
+
+@site.command("show", context_settings=CONTEXT)
+@site_option
+@json_option
+@pass_session
+def site_show(session, as_json):
+    """Show the site: clusters, partitions, fabric settings and defaults."""
+    from slurmkit import reports
+
+    if as_json:
+        _print_json(reports.site_dict(session.site))
+    else:
+        click.echo(reports.site_text(session.site))

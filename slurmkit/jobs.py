@@ -1,0 +1,142 @@
+"""Submitting, querying and cancelling jobs of a site.
+
+Job ids shown to users are global: ``CLUSTER:JOBID``.  A bare id means the
+site's default cluster.  Every submission carries a unique token in its
+``--comment``, so a retried submission can first ask Slurm whether the job
+already exists instead of creating it twice.
+"""
+
+import re
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurmkit.errors import SlurmkitError, UsageError
+from slurmkit.render import JobSpec, RenderedJob, render
+from slurmkit.session import Session
+from slurmkit.slurm.types import JobInfo
+
+_REF_RE = re.compile(r"^(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>\d+)$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    cluster: str
+    job_id: str
+
+    def __str__(self):
+        return "%s:%s" % (self.cluster, self.job_id)
+
+
+@dataclass(frozen=True)
+class Submission:
+    ref: JobRef
+    rendered: RenderedJob
+    token: str
+    existed: bool = False   # the token already had a job: nothing new was created
+
+    def to_dict(self):
+        return {"id": str(self.ref), "cluster": self.ref.cluster, "job_id": self.ref.job_id,
+                "token": self.token, "partition": self.rendered.partition, "template": self.rendered.template,
+                "switches": self.rendered.switches, "existed": self.existed,
+                "warnings": list(self.rendered.warnings)}
+
+
+def parse_ref(text: str, session: Session) -> JobRef:
+    m = _REF_RE.match(text.strip())
+    if not m:
+        raise UsageError("%r is not a job id; use JOBID or CLUSTER:JOBID (e.g. alpha:1234)" % text)
+    cluster = session.site.cluster(m.group("cluster")).name  # validates the cluster name
+    return JobRef(cluster, m.group("job"))
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
+            partition: Optional[str] = None) -> RenderedJob:
+    """Render the job for one cluster (reads the topology, cached, for heavy jobs)."""
+    site = session.site
+    target = site.cluster(cluster)
+    part = site.partition(target, partition)
+    layout = None
+    if spec.comm == "heavy" and spec.switches is None:
+        try:
+            layout = session.layout(target)
+        except SlurmkitError as exc:
+            raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
+                             "give the leaf switch count with --switches N" % (target.name, exc)) from None
+    return render(site, target, part, spec, layout=layout)
+
+
+def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
+           partition: Optional[str] = None) -> Submission:
+    """Render and submit; with a caller's token, an existing job with it is returned instead."""
+    token = spec.token
+    if token is not None and not TOKEN_RE.match(token):
+        raise UsageError("--token must be 1-64 letters, digits, '.', '_' or '-'")
+    caller_token = token is not None
+    if token is None:
+        token = new_token()
+    spec = _with_token(spec, token)
+    rendered = prepare(session, spec, cluster, partition)
+    backend = session.backend(rendered.cluster)
+    if caller_token:
+        # The caller may be retrying: never create a second job for the same token.
+        existing = [j for j in backend.find_by_token("slurmkit:" + token) if j.comment == "slurmkit:" + token]
+        if existing:
+            return Submission(JobRef(rendered.cluster, existing[0].job_id), rendered, token, existed=True)
+    job_id = backend.submit(rendered.script)
+    return Submission(JobRef(rendered.cluster, job_id), rendered, token)
+
+
+def _with_token(spec: JobSpec, token: str) -> JobSpec:
+    from dataclasses import replace
+
+    return replace(spec, token=token)
+
+
+def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":
+    grouped: "OrderedDict[str, List[str]]" = OrderedDict()
+    for ref in refs:
+        grouped.setdefault(ref.cluster, []).append(ref.job_id)
+    return grouped
+
+
+def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = None
+           ) -> Tuple[List[Tuple[JobRef, JobInfo]], List[JobRef]]:
+    """(found, missing): one squeue per cluster, whatever the number of jobs.
+
+    Without refs: the user's slurmkit jobs (comment ``slurmkit:...``) on the
+    default cluster.
+    """
+    found: List[Tuple[JobRef, JobInfo]] = []
+    missing: List[JobRef] = []
+    if not refs:
+        cluster = session.site.cluster().name
+        for job in session.backend(cluster).jobs(user=user):
+            if job.comment.startswith("slurmkit:"):
+                found.append((JobRef(cluster, job.job_id), job))
+        return found, missing
+    for cluster, ids in _group(refs).items():
+        backend = session.backend(cluster)
+        by_id: Dict[str, JobInfo] = {j.job_id: j for j in backend.jobs(ids)}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown and hasattr(backend, "accounting"):
+            by_id.update({j.job_id: j for j in backend.accounting(unknown)})
+        for job_id in ids:
+            if job_id in by_id:
+                found.append((JobRef(cluster, job_id), by_id[job_id]))
+            else:
+                missing.append(JobRef(cluster, job_id))
+    return found, missing
+
+
+def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:
+    """Cancel jobs, one scancel per cluster; returns what was asked to cancel."""
+    for cluster, ids in _group(refs).items():
+        session.backend(cluster).cancel(ids)
+    return list(refs)

@@ -1,0 +1,83 @@
+"""Human-readable views the CLI prints: site summaries, validation, topology.
+
+Pure functions of library data (plus one Slurm read for the topology), so the
+CLI stays a thin layer and the text can be tested without click.
+"""
+
+import dataclasses
+from typing import List, Sequence, Tuple
+
+from slurmkit import fabric
+
+
+def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
+    """(problem lines, lint warnings, files that are fine) for ``site validate``."""
+    from slurmkit.site import load_site, validate_files
+
+    problems, warnings, ok = [], [], []
+    for path in paths:
+        found = validate_files([path])
+        if found:
+            problems.extend(str(p) for p in found)
+            continue
+        ok.append(path)
+        site = load_site(path)
+        for cluster in site.clusters.values():
+            for partition in cluster.partitions.values():
+                warnings.extend(fabric.lint(partition, "%s: clusters.%s.partitions.%s"
+                                            % (path, cluster.name, partition.name)))
+    return problems, warnings, ok
+
+
+def site_dict(site) -> dict:
+    data = dataclasses.asdict(site)
+    for cluster in data["clusters"].values():
+        for name, partition in cluster["partitions"].items():
+            partition["collective_env"] = fabric.collective_env(site.clusters[cluster["name"]].partitions[name])
+    return data
+
+
+def site_text(site) -> str:
+    lines = ["site %s  (%s)" % (site.name, site.path)]
+    if site.description:
+        lines.append("  " + site.description)
+    d = site.defaults
+    lines.append("  defaults: cluster=%s partition=%s time=%s template=%s account=%s qos=%s"
+                 % (d.cluster, d.partition, d.time, d.template, d.account or "-", d.qos or "-"))
+    lines.append("  max switch wait: %s" % site.max_switch_wait)
+    for cluster in site.clusters.values():
+        how = "login %s:%d" % (cluster.login.host, cluster.login.port) if cluster.login else "local"
+        lines.append("  cluster %s  (%s%s)" % (cluster.name, how,
+                                               ", SLURM_CONF=%s" % cluster.slurm_conf if cluster.slurm_conf else ""))
+        for p in cluster.partitions.values():
+            accel = "%d x %s %s" % (p.gpus_per_node, p.accelerator, p.gpu_model) if p.accelerator != "none" \
+                else "no accelerators"
+            lines.append("    partition %-8s %s, %d CPUs, max %s nodes, max time %s, fabric %s"
+                         % (p.name, accel, p.cpus_per_node, p.max_nodes or "-", p.max_time or "-", p.fabric.type))
+            for key, value in fabric.collective_env(p).items():
+                lines.append("      %s=%s" % (key, value))
+            for warning in fabric.lint(p):
+                lines.append("      warning: %s" % warning)
+    return "\n".join(lines)
+
+
+def topology_report(session, cluster_name=None, partition_name=None) -> str:
+    from slurmkit import topology
+    from slurmkit.render import gres_name
+
+    cluster = session.site.cluster(cluster_name)
+    backend = session.backend(cluster.name)
+    layout = topology.load_layout(backend)  # fresh: the user wants the current picture
+    nodes = backend.nodes()
+    gres = "gpu"
+    if partition_name:
+        part = session.site.partition(cluster, partition_name)
+        gres = gres_name(part)
+        members = set(topology.hostlist.expand(layout.partition_nodes.get(part.name, "")))
+        nodes = [n for n in nodes if n.name in members]
+    else:
+        parts = list(cluster.partitions.values())
+        if parts and all(p.accelerator == "ascend" for p in parts if p.accelerator != "none"):
+            gres = "npu" if any(p.accelerator == "ascend" for p in parts) else "gpu"
+    header = "cluster %s" % cluster.name + (" partition %s" % partition_name if partition_name else "")
+    return header + "\n" + topology.draw(layout, nodes, gres)

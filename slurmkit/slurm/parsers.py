@@ -1,0 +1,217 @@
+"""Pure parsers of Slurm command output.
+
+Each function takes the text a command printed and returns plain data
+(:mod:`slurmkit.slurm.types`).  They never run anything, so they are tested
+against recorded output of real Slurm versions.  The JSON parsers accept both
+the 22.05 shapes (plain numbers, string states) and the newer ones (numbers
+wrapped as ``{"set": .., "number": ..}``, state lists).
+"""
+
+import json
+import re
+from datetime import datetime
+from typing import Dict, List, Optional
+
+from slurmkit.errors import SlurmCommandError
+from slurmkit.slurm import commands
+from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Switch, Topology
+
+_JOBID_RE = re.compile(r"^(\d+)(?:;(\S+))?$")
+
+
+def parse_sbatch_parsable(stdout: str) -> str:
+    """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
+    for line in stdout.splitlines():
+        m = _JOBID_RE.match(line.strip())
+        if m:
+            return m.group(1)
+    raise SlurmCommandError("sbatch printed no job id: %r" % stdout.strip()[:200])
+
+
+_TEST_ONLY_RE = re.compile(
+    r"Job (?P<job>\d+) to start at (?P<start>\S+) using (?P<cpus>\d+) processors on nodes (?P<nodes>\S+)"
+    r"(?: in partition (?P<partition>\S+))?")
+
+
+def parse_test_only(stderr: str) -> StartEstimate:
+    """``sbatch --test-only`` prints its estimate on stderr."""
+    m = _TEST_ONLY_RE.search(stderr)
+    if not m:
+        raise SlurmCommandError("sbatch --test-only gave no start estimate: %s" % first_error_line(stderr))
+    return StartEstimate(start=datetime.strptime(m.group("start"), "%Y-%m-%dT%H:%M:%S"),
+                         nodes=m.group("nodes"), partition=m.group("partition"), cpus=int(m.group("cpus")))
+
+
+def first_error_line(stderr: str) -> str:
+    """The most useful line of a Slurm error, without the 'sbatch: error:' noise."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()] or lines
+    if not errors:
+        return "(no message)"
+    text = errors[-1]
+    return re.sub(r"^(\w+: )?(error: )?", "", text)
+
+
+def _number(value):
+    """22.05 gives plain ints; 23.02+ gives {"set": bool, "infinite": bool, "number": int}."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return None
+        return value.get("number") if value.get("set", True) else None
+    return value
+
+
+def _state(value) -> str:
+    if isinstance(value, list):
+        return value[0] if value else "UNKNOWN"
+    return value or "UNKNOWN"
+
+
+def _time_limit(minutes) -> str:
+    minutes = _number(minutes)
+    if minutes is None or minutes in (0xFFFFFFFF, 0xFFFFFFFE):
+        return "UNLIMITED"
+    days, rest = divmod(int(minutes), 1440)
+    text = "%02d:%02d:00" % divmod(rest, 60)
+    return "%d-%s" % (days, text) if days else text
+
+
+def _epoch(value) -> Optional[datetime]:
+    value = _number(value)
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value))
+
+
+def parse_squeue_json(text: str) -> List[JobInfo]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SlurmCommandError("squeue --json printed invalid JSON: %s" % exc) from None
+    jobs = []
+    for job in data.get("jobs", []):
+        exit_code = job.get("exit_code")
+        if isinstance(exit_code, dict):  # 23.02+: {"status": [...], "return_code": {...}}
+            exit_code = _number(exit_code.get("return_code"))
+        jobs.append(JobInfo(
+            job_id=str(job["job_id"]), name=job.get("name", ""), state=_state(job.get("job_state")),
+            partition=job.get("partition", ""), node_count=_number(job.get("node_count")) or 0,
+            nodelist=job.get("nodes") or "", start_time=_epoch(job.get("start_time")),
+            time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
+            reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
+            exit_code=exit_code, cluster=job.get("cluster", "") or ""))
+    return jobs
+
+
+def _slurm_datetime(text: str) -> Optional[datetime]:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:  # "N/A", "Unknown", "None"
+        return None
+
+
+def parse_squeue_parsable(text: str) -> List[JobInfo]:
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split(commands.SQUEUE_DELIMITER, len(commands.SQUEUE_FIELDS) - 1)
+        if len(fields) != len(commands.SQUEUE_FIELDS):
+            continue
+        job_id, name, state, partition, count, nodelist, start, limit, user, reason, comment = fields
+        jobs.append(JobInfo(job_id=job_id.strip(), name=name, state=state, partition=partition,
+                            node_count=int(count) if count.strip().isdigit() else 0, nodelist=nodelist,
+                            start_time=_slurm_datetime(start), time_limit=limit, user=user,
+                            reason=reason, comment="" if comment == "(null)" else comment))
+    return jobs
+
+
+def parse_sacct(text: str) -> List[JobInfo]:
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split("|", len(commands.SACCT_FIELDS) - 1)
+        if len(fields) != len(commands.SACCT_FIELDS):
+            continue
+        job_id, name, state, partition, count, nodelist, start, limit, user, reason, comment = fields
+        jobs.append(JobInfo(job_id=job_id, name=name, state=state.split()[0] if state else "UNKNOWN",
+                            partition=partition, node_count=int(count) if count.isdigit() else 0,
+                            nodelist=nodelist, start_time=_slurm_datetime(start), time_limit=limit,
+                            user=user, reason=reason, comment=comment))
+    return jobs
+
+
+_KV_RE = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(.*?)(?=\s+[A-Za-z][\w/:.]*=|\s*$)")
+
+
+def parse_key_values(line: str) -> Dict[str, str]:
+    """One ``scontrol --oneliner`` record: ``Key=value Key2=value with spaces``."""
+    return {m.group(1): m.group(2) for m in _KV_RE.finditer(line.strip())}
+
+
+def parse_topology(text: str) -> Topology:
+    switches = []
+    for line in text.splitlines():
+        if not line.strip().startswith("SwitchName="):
+            continue
+        kv = parse_key_values(line)
+        switches.append(Switch(name=kv["SwitchName"], level=int(kv.get("Level", 0)),
+                               nodes=kv.get("Nodes", "") or "", switches=kv.get("Switches", "") or ""))
+    return Topology(tuple(switches))
+
+
+def parse_partitions(text: str) -> Dict[str, Dict[str, str]]:
+    """``scontrol -o show partition`` -> {name: {key: value}}."""
+    partitions = {}
+    for line in text.splitlines():
+        if line.startswith("PartitionName="):
+            kv = parse_key_values(line)
+            partitions[kv["PartitionName"]] = kv
+    return partitions
+
+
+_GRES_RE = re.compile(r"(?P<name>[\w]+)(?::(?P<type>[\w.-]+))?:(?P<count>\d+)")
+
+
+def _gres_counts(text: str) -> Dict[str, int]:
+    """``gpu:h100:8(S:0),npu:2`` -> {"gpu:h100": 8, "npu": 2}; IDX suffixes ignored."""
+    counts = {}
+    for part in re.split(r",(?![^()]*\))", text or ""):
+        m = _GRES_RE.match(part.strip())
+        if m:
+            key = m.group("name") + (":" + m.group("type") if m.group("type") else "")
+            counts[key] = counts.get(key, 0) + int(m.group("count"))
+    return counts
+
+
+def parse_nodes(text: str) -> List[NodeInfo]:
+    nodes = []
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        kv = parse_key_values(line)
+        nodes.append(NodeInfo(
+            name=kv["NodeName"], state=kv.get("State", "UNKNOWN"),
+            partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+            gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
+            cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
+            reason=kv.get("Reason", "")))
+    return nodes
+
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> str:
+    """``slurm 22.05.8`` -> ``22.05.8``."""
+    m = _VERSION_RE.search(text)
+    if not m:
+        raise SlurmCommandError("cannot read the Slurm version from %r" % text.strip()[:100])
+    return m.group(0)
+
+
+def major_minor(version: str):
+    """``22.05.8`` -> (22, 5); pyslurm's ``22.5.0`` -> (22, 5) too."""
+    m = _VERSION_RE.search(version)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2))

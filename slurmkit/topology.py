@@ -1,0 +1,156 @@
+"""Switch topology: how many leaf switches a job needs, and a terminal drawing.
+
+Slurm's ``--switches=N@wait`` asks the scheduler to place a job under at most
+N leaf switches, waiting up to ``wait`` for such a placement.  For a
+bandwidth-hungry job we ask for the smallest N that can possibly hold the
+job: the fewest leaves whose partition nodes add up to the node count.
+
+The topology rarely changes, so it is cached on disk for a few minutes
+(``TopologyCache``): rendering a script must not cost slurmctld an RPC each
+time, and ``render`` works offline once the cache is warm.
+"""
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from slurmkit import hostlist
+from slurmkit.errors import JobDoesNotFitError
+from slurmkit.slurm.types import NodeInfo, Topology
+
+DEFAULT_TTL = 600.0
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """What placement needs to know: the switches and each partition's nodes."""
+
+    topology: Topology
+    partition_nodes: Dict[str, str]   # partition -> hostlist expression
+
+    def to_dict(self):
+        return {"topology": self.topology.to_dict(), "partition_nodes": self.partition_nodes}
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(Topology.from_dict(data["topology"]), dict(data["partition_nodes"]))
+
+    def leaves_for(self, partition: str) -> Dict[str, List[str]]:
+        """Leaf switch -> the partition's nodes under it (leaves without any omitted)."""
+        members = set(hostlist.expand(self.partition_nodes.get(partition, "")))
+        leaves = {}
+        for leaf in self.topology.leaves:
+            nodes = [n for n in hostlist.expand(leaf.nodes) if n in members]
+            if nodes:
+                leaves[leaf.name] = nodes
+        return leaves
+
+
+def min_leaf_switches(leaf_sizes: Sequence[int], node_count: int) -> int:
+    """Fewest leaves (largest first) whose nodes add up to ``node_count``.
+
+    Raises JobDoesNotFitError when all leaves together are too small.
+    """
+    total = 0
+    for used, size in enumerate(sorted(leaf_sizes, reverse=True), start=1):
+        total += size
+        if total >= node_count:
+            return used
+    raise JobDoesNotFitError("the job needs %d nodes but the partition has only %d under its switches"
+                             % (node_count, total))
+
+
+def switches_for(layout: ClusterLayout, partition: str, node_count: int) -> Optional[int]:
+    """Leaf switches for a heavy job, or None when the cluster has no tree topology."""
+    leaves = layout.leaves_for(partition)
+    if not leaves:
+        return None
+    return min_leaf_switches([len(v) for v in leaves.values()], node_count)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("SLURMKIT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "slurmkit")
+    return Path(base)
+
+
+class TopologyCache:
+    """On-disk cache of a cluster's layout, keyed by where the cluster is reached."""
+
+    def __init__(self, directory: Optional[Path] = None, ttl: float = DEFAULT_TTL, clock=time.time):
+        self.directory = Path(directory) if directory else cache_dir() / "topology"
+        self.ttl = ttl
+        self.clock = clock
+
+    def _path(self, key: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        return self.directory / (safe + ".json")
+
+    def get(self, key: str, load) -> ClusterLayout:
+        """The cached layout, or ``load()`` stored for next time when missing or stale."""
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_text())
+            if self.clock() - data["stored_at"] < self.ttl:
+                return ClusterLayout.from_dict(data["layout"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # missing or corrupt: reload
+        layout = load()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp%d" % os.getpid())
+            tmp.write_text(json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
+            os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+        except OSError:
+            pass  # a read-only home must not break submission
+        return layout
+
+
+def load_layout(backend) -> ClusterLayout:
+    """Ask Slurm (two RPCs) for the topology and the partitions' node lists."""
+    partitions = backend.partitions()
+    return ClusterLayout(backend.topology(), {name: kv.get("Nodes", "") for name, kv in partitions.items()})
+
+
+def draw(layout: ClusterLayout, nodes: Sequence[NodeInfo], gres_name: str = "gpu") -> str:
+    """The switch tree as text: each node with its state and free/total accelerators."""
+    by_name = {n.name: n for n in nodes}
+    switches = {s.name: s for s in layout.topology.switches}
+    children = {s.name: hostlist.expand(s.switches) for s in layout.topology.switches}
+    child_names = {c for cs in children.values() for c in cs}
+    roots = [s for s in layout.topology.switches if s.name not in child_names]
+    lines: List[str] = []
+
+    def node_line(name, prefix, last):
+        info = by_name.get(name)
+        if info is None:
+            detail = "unknown"
+        else:
+            detail = info.state.lower()
+            if info.total(gres_name):
+                detail += "  %d/%d %s free" % (info.free(gres_name), info.total(gres_name), gres_name)
+        lines.append("%s%s %-10s %s" % (prefix, "└──" if last else "├──", name, detail))
+
+    def walk(switch, prefix, last, top):
+        free = sum(by_name[n].free(gres_name) for n in hostlist.expand(switch.nodes)
+                   if n in by_name and by_name[n].usable)
+        label = "%s (level %d, %d %s free)" % (switch.name, switch.level, free, gres_name)
+        lines.append(label if top else "%s%s %s" % (prefix, "└──" if last else "├──", label))
+        inner = prefix if top else prefix + ("    " if last else "│   ")
+        kids = [switches[c] for c in children[switch.name] if c in switches]
+        if kids:
+            for i, kid in enumerate(kids):
+                walk(kid, inner, i == len(kids) - 1, False)
+        else:
+            names = hostlist.expand(switch.nodes)
+            for i, name in enumerate(names):
+                node_line(name, inner, i == len(names) - 1)
+
+    for root in roots:
+        walk(root, "", True, True)
+    if not roots:
+        lines.append("(no switch topology: the cluster does not use topology/tree)")
+    return "\n".join(lines)
