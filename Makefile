@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-include devcluster/cluster.mk
+-include devcluster/cluster.mk
 
 .PHONY: help venv test unit integration demo bench clean
 

@@ -7,6 +7,7 @@ already exists instead of creating it twice.
 """
 
 import re
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -58,7 +59,13 @@ def new_token() -> str:
 
 def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
             partition: Optional[str] = None) -> RenderedJob:
-    """Render the job for one cluster (reads the topology, cached, for heavy jobs)."""
+    """Render the job for one cluster (reads the topology, cached, for heavy jobs).
+
+    A job without a token gets a fresh one, so what ``render`` prints is what
+    ``submit`` sends (give ``--token`` to make the two identical).
+    """
+    if spec.token is None:
+        spec = _with_token(spec, new_token())
     site = session.site
     target = site.cluster(cluster)
     part = site.partition(target, partition)
@@ -81,7 +88,7 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     caller_token = token is not None
     if token is None:
         token = new_token()
-    spec = _with_token(spec, token)
+        spec = _with_token(spec, token)
     rendered = prepare(session, spec, cluster, partition)
     backend = session.backend(rendered.cluster)
     if caller_token:
@@ -140,3 +147,32 @@ def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:
     for cluster, ids in _group(refs).items():
         session.backend(cluster).cancel(ids)
     return list(refs)
+
+
+def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=time.monotonic,
+         sleep=time.sleep, on_change=None) -> JobInfo:
+    """Poll one job until it finishes; one squeue per poll, backing off to 10 s.
+
+    ``on_change(job)`` is called whenever the state changes.  Raises
+    SlurmkitError when the job disappears or ``timeout`` passes.
+    """
+    from slurmkit.errors import ConnectTimeoutError
+
+    backend = session.backend(ref.cluster)
+    deadline = None if timeout is None else clock() + timeout
+    delay, last_state = 1.0, None
+    while True:
+        found = backend.jobs([ref.job_id])
+        if not found:
+            raise SlurmkitError("job %s is not known to cluster %s" % (ref, ref.cluster))
+        job = found[0]
+        if job.state != last_state:
+            last_state = job.state
+            if on_change:
+                on_change(job)
+        if job.finished:
+            return job
+        if deadline is not None and clock() + delay > deadline:
+            raise ConnectTimeoutError("job %s is still %s after %ss" % (ref, job.state, timeout))
+        sleep(delay)
+        delay = min(delay * 1.5, 10.0)

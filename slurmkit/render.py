@@ -253,7 +253,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         "user_exports": _exports(spec.env, "--env"),
         "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
         "launch_args": Trusted(" ".join(shell_quote(a) for a in launch_args)),
-        "launch_runs_python": runs_python,
+        "launch_prefix": Trusted("" if runs_python else "--no-python "),
         "nproc_per_node": max(gpus, 1), "rdzv_port": 29500,
     }
     try:

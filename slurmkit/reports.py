@@ -81,3 +81,16 @@ def topology_report(session, cluster_name=None, partition_name=None) -> str:
             gres = "npu" if any(p.accelerator == "ascend" for p in parts) else "gpu"
     header = "cluster %s" % cluster.name + (" partition %s" % partition_name if partition_name else "")
     return header + "\n" + topology.draw(layout, nodes, gres)
+
+
+def job_summary(session, ref, job) -> dict:
+    """A finished (or running) job with the leaf switches its nodes sit under."""
+    from slurmkit import topology
+    from slurmkit.errors import SlurmkitError
+
+    cluster = session.site.cluster(ref.cluster)
+    try:
+        leaves = topology.leaves_of(session.layout(cluster), job.nodelist) if job.nodelist else []
+    except SlurmkitError:
+        leaves = []
+    return dict(job.to_dict(), id=str(ref), leaf_switches=leaves)

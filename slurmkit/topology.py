@@ -71,6 +71,12 @@ def switches_for(layout: ClusterLayout, partition: str, node_count: int) -> Opti
     return min_leaf_switches([len(v) for v in leaves.values()], node_count)
 
 
+def leaves_of(layout: ClusterLayout, nodelist: str) -> List[str]:
+    """The leaf switches the nodes of ``nodelist`` sit under, in topology order."""
+    nodes = set(hostlist.expand(nodelist))
+    return [leaf.name for leaf in layout.topology.leaves if nodes & set(hostlist.expand(leaf.nodes))]
+
+
 def cache_dir() -> Path:
     base = os.environ.get("SLURMKIT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "slurmkit")

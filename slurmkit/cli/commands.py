@@ -106,6 +106,32 @@ def status(session, user, as_json, job_ids):
 
 @cli.command(context_settings=CONTEXT)
 @site_option
+@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS", help="Give up after this long.")
+@json_option
+@click.argument("job_id", metavar="JOB")
+@pass_session
+def wait(session, timeout, as_json, job_id):
+    """Follow a job to its end; print its final state, output file and leaf switches.
+
+    Exits 1 unless the job COMPLETED.
+    """
+    from slurmkit import jobs, reports
+
+    ref = jobs.parse_ref(job_id, session)
+    final = jobs.wait(session, ref, timeout=timeout,
+                      on_change=None if as_json else lambda j: click.echo("%s %s" % (ref, j.state), err=True))
+    summary = reports.job_summary(session, ref, final)
+    if as_json:
+        _print_json(summary)
+    else:
+        click.echo("%s %s on %s under leaf switch(es) %s" % (ref, final.state, final.nodelist or "-",
+                                                            ", ".join(summary["leaf_switches"]) or "-"))
+        click.echo("output: %s" % (final.stdout or "-"))
+    return 0 if final.state == "COMPLETED" else 1
+
+
+@cli.command(context_settings=CONTEXT)
+@site_option
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB...")
 @pass_session
 def cancel(session, job_ids):

@@ -99,7 +99,8 @@ def parse_squeue_json(text: str) -> List[JobInfo]:
             nodelist=job.get("nodes") or "", start_time=_epoch(job.get("start_time")),
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
-            exit_code=exit_code, cluster=job.get("cluster", "") or ""))
+            exit_code=exit_code, cluster=job.get("cluster", "") or "",
+            stdout=job.get("standard_output", "") or ""))
     return jobs
 
 

@@ -24,6 +24,7 @@ class JobInfo:
     comment: str = ""
     exit_code: Optional[int] = None
     cluster: str = ""
+    stdout: str = ""     # the output file, where Slurm tells it
 
     @property
     def finished(self):

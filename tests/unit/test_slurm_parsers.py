@@ -1,0 +1,112 @@
+"""Parsers and argv builders of the Slurm layer, against recorded Slurm output."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from slurmkit.errors import SlurmCommandError
+from slurmkit.slurm import commands, parsers
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_sbatch_argv_reads_the_script_from_stdin():
+    assert commands.sbatch() == ["sbatch", "--parsable"]
+    assert commands.sbatch(test_only=True) == ["sbatch", "--test-only"]
+
+
+def test_squeue_argv_asks_for_many_jobs_in_one_call():
+    argv = commands.squeue_json(["1", "22", "333"], user="alice")
+    assert argv[:2] == ["squeue", "--json"]
+    assert "--jobs=1,22,333" in argv and "--user=alice" in argv
+
+
+@pytest.mark.parametrize("out,expected", [("1234\n", "1234"), ("77;alpha\n", "77"),
+                                          ("sbatch: warning: x\n42\n", "42")])
+def test_parse_sbatch_parsable(out, expected):
+    assert parsers.parse_sbatch_parsable(out) == expected
+
+
+def test_parse_sbatch_parsable_without_id_raises():
+    with pytest.raises(SlurmCommandError, match="no job id"):
+        parsers.parse_sbatch_parsable("Submitted nothing\n")
+
+
+def test_parse_test_only_estimate():
+    est = parsers.parse_test_only(
+        "sbatch: Job 1 to start at 2026-11-29T15:48:09 using 2 processors on nodes n[1-2] in partition gpu\n")
+    assert est.start == datetime(2026, 11, 29, 15, 48, 9)
+    assert est.nodes == "n[1-2]" and est.partition == "gpu" and est.cpus == 2
+
+
+def test_parse_test_only_error_keeps_slurms_message():
+    with pytest.raises(SlurmCommandError, match="Requested node configuration is not available"):
+        parsers.parse_test_only("sbatch: error: Batch job submission failed: "
+                                "Requested node configuration is not available\n")
+
+
+def test_first_error_line_strips_prefixes():
+    assert parsers.first_error_line("sbatch: error: Invalid partition name specified\n") == \
+        "Invalid partition name specified"
+
+
+def test_parse_squeue_json_2205_shape():
+    text = json.dumps({"jobs": [{
+        "job_id": 7, "name": "train", "job_state": "RUNNING", "partition": "gpu", "node_count": 2,
+        "nodes": "an[1-2]", "start_time": 1795967289, "time_limit": 90, "user_name": "root",
+        "state_reason": "None", "comment": "slurmkit:abc", "exit_code": 0, "cluster": "alpha",
+        "standard_output": "/tmp/o-7.out"}]})
+    [job] = parsers.parse_squeue_json(text)
+    assert (job.job_id, job.state, job.node_count, job.nodelist) == ("7", "RUNNING", 2, "an[1-2]")
+    assert job.time_limit == "01:30:00" and job.comment == "slurmkit:abc" and job.stdout == "/tmp/o-7.out"
+    assert job.start_time == datetime.fromtimestamp(1795967289)
+
+
+def test_parse_squeue_json_newer_shape():
+    text = json.dumps({"jobs": [{
+        "job_id": 8, "name": "x", "job_state": ["PENDING"], "node_count": {"set": True, "number": 3},
+        "start_time": {"set": True, "infinite": False, "number": 0},
+        "time_limit": {"set": True, "infinite": True, "number": 0},
+        "exit_code": {"status": ["PENDING"], "return_code": {"set": True, "number": 0}}}]})
+    [job] = parsers.parse_squeue_json(text)
+    assert job.state == "PENDING" and job.node_count == 3 and job.start_time is None
+    assert job.time_limit == "UNLIMITED" and not job.finished
+
+
+def test_parse_squeue_parsable_keeps_delimiters_in_comment():
+    d = commands.SQUEUE_DELIMITER
+    line = d.join(["12", "n", "COMPLETED", "cpu", "1", "an3", "2026-01-02T03:04:05", "5:00", "bob", "None",
+                   "slurmkit:tok" + d + "more"])
+    [job] = parsers.parse_squeue_parsable(line + "\n")
+    assert job.finished and job.comment == "slurmkit:tok" + d + "more"
+    assert job.start_time == datetime(2026, 1, 2, 3, 4, 5)
+
+
+def test_parse_topology_recorded():
+    topo = parsers.parse_topology((DATA / "topology_22.05.txt").read_text())
+    assert [s.name for s in topo.leaves] == ["leaf1", "leaf2"]
+    spine = topo.switches[2]
+    assert spine.level == 1 and spine.switches == "leaf[1-2]"
+
+
+def test_parse_nodes_free_gpus():
+    line = ("NodeName=an1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=2 CPUEfctv=4 CPUTot=4 Gres=gpu:h100:8 "
+            "GresUsed=gpu:h100:3(IDX:0-2) NodeAddr=127.0.1.11 State=MIXED Partitions=gpu,cpu "
+            "Reason=bad fan [root@2026-11-29T15:00:00]")
+    [node] = parsers.parse_nodes(line)
+    assert node.name == "an1" and node.state == "MIXED" and node.partitions == ("gpu", "cpu")
+    assert node.total() == 8 and node.free() == 5 and node.usable
+    assert node.reason.startswith("bad fan")
+
+
+def test_parse_partitions():
+    parts = parsers.parse_partitions("PartitionName=gpu AllowGroups=ALL Nodes=an[1-4] MaxTime=1-00:00:00\n"
+                                     "PartitionName=cpu Nodes=an[1-4] MaxTime=UNLIMITED\n")
+    assert parts["gpu"]["Nodes"] == "an[1-4]" and parts["cpu"]["MaxTime"] == "UNLIMITED"
+
+
+def test_versions():
+    assert parsers.parse_version("slurm 22.05.8\n") == "22.05.8"
+    assert parsers.major_minor("22.05.8") == parsers.major_minor("22.5.0") == (22, 5)
