@@ -1,0 +1,543 @@
+"""The site config schema, as data.
+
+Every key a site YAML file may contain is described once, here, by a small
+nested-dict spec that the generic walker in :mod:`slurmkit.site.loader`
+interprets.  Keeping the rules declarative means one walker reports every
+kind of problem (unknown key, wrong type, missing key, bad choice) the same
+way for every key, and the schema can be listed for documentation and tests
+instead of being scattered over per-key ``if`` chains.
+
+A spec is a dict with:
+
+``type``
+    ``"str"``, ``"int"``, ``"number"`` (int or float), ``"bool"``,
+    ``"time"`` (a Slurm time string), ``"mapping"`` (fixed ``keys``),
+    ``"map_of"`` (user-chosen keys, each value checked against ``values``),
+    ``"list"`` (each item checked against ``items``) or ``"one_of"``
+    (the first of ``alternatives`` whose shape -- scalar, list, mapping --
+    matches the YAML node).
+``required``
+    The key must be present (and not null).
+``default``
+    Value used when the key is absent or null.
+``choices``
+    Allowed values of a scalar.
+``min`` / ``max``
+    Bounds of an ``int`` or ``number``.
+``min_items``
+    Least number of entries of a ``list`` or ``map_of``.
+``key_checker``
+    For ``map_of``: a function ``name -> message or None`` checking each key.
+``as_text``
+    Keep a scalar's text as written (``022`` stays ``"022"``, not 18).
+``path``
+    A file or directory: ``~`` is expanded and a relative path is made
+    absolute against the config file's directory.
+``checker``
+    For scalars: ``value -> message or None``.  For mappings and lists: a
+    cross-key rule ``value -> [(relative key path tuple, message), ...]``
+    run after the entries were checked one by one; entries that failed
+    their own checks hold :data:`INVALID` so rules can skip them instead of
+    reporting the same mistake twice.
+``doc``
+    One line for the documentation (``site_configs/README.md``).
+
+Null counts as absent for optional keys, so ``account: null`` is the same as
+leaving ``account`` out.
+"""
+
+import re
+
+from slurmkit.site.model import ACCELERATORS, FABRICS
+
+
+class _Invalid(object):
+    """Marker for a value that failed its own check (already reported)."""
+
+    def __repr__(self):
+        return "INVALID"
+
+
+INVALID = _Invalid()
+
+# Default generic-resource name by accelerator: Ascend clusters schedule
+# NPUs as `--gres=npu:N`, NVIDIA ones as `--gres=gpu:N`.
+DEFAULT_GRES_NAME = {"nvidia": "gpu", "ascend": "npu"}
+
+# ---------------------------------------------------------------------------
+# Slurm time strings
+
+# The forms sbatch accepts for --time: "minutes", "minutes:seconds",
+# "hours:minutes:seconds", "days-hours", "days-hours:minutes" and
+# "days-hours:minutes:seconds"; plus the spellings of "no limit".
+_TIME_FORMS = (
+    (re.compile(r"^(\d+)$"), ("m",)),
+    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
+    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
+    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
+    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
+    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
+)
+UNLIMITED_TIMES = ("unlimited", "infinite")
+TIME_FORMATS_TEXT = "[D-]HH:MM:SS, MM:SS, MM, D-HH, D-HH:MM or UNLIMITED"
+
+
+def slurm_time_seconds(text):
+    """Seconds in a Slurm time string; None for UNLIMITED/infinite.
+
+    Raises ValueError (with a readable message) for anything else.  Minutes
+    and seconds after a colon must be below 60, hours below 24 once days are
+    given; a leading field is unbounded ("90" minutes, "48:00:00"), as in
+    Slurm.
+    """
+    text = str(text).strip()
+    if text.lower() in UNLIMITED_TIMES:
+        return None
+    for pattern, fields in _TIME_FORMS:
+        match = pattern.match(text)
+        if not match:
+            continue
+        parts = dict(zip(fields, (int(g) for g in match.groups())))
+        leading = fields[0]
+        for unit, limit in (("s", 60), ("m", 60), ("h", 24)):
+            if unit in parts and unit != leading and parts[unit] >= limit:
+                if unit == "h" and "d" not in parts:
+                    continue
+                raise ValueError("%r is not a valid Slurm time: %s must be below %d"
+                                 % (text, {"s": "seconds", "m": "minutes", "h": "hours"}[unit], limit))
+        return (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600
+                + parts.get("m", 0) * 60 + parts.get("s", 0))
+    raise ValueError("%r is not a valid Slurm time; use %s" % (text, TIME_FORMATS_TEXT))
+
+
+def check_time(value):
+    try:
+        slurm_time_seconds(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def is_unlimited(text):
+    return str(text).strip().lower() in UNLIMITED_TIMES
+
+
+# ---------------------------------------------------------------------------
+# Small scalar checkers
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_HOURS_RE = re.compile(r"^(\d{1,2})-(\d{1,2})$")
+# [user@]host[:port], several hops separated by commas (ssh -J syntax).
+_JUMP_RE = re.compile(r"^(?:[^@\s,:]+@)?(?:\[[0-9A-Fa-f:.]+\]|[^@\s,:\[\]]+)(?::\d{1,5})?$")
+
+
+def check_name(value):
+    # Names end up in dotted key paths, file names and sbatch arguments:
+    # keep them to letters, digits, '-' and '_'.
+    if not _NAME_RE.match(value):
+        return "%r is not a valid name: use letters, digits, '-' and '_' (starting with a letter or digit)" % value
+    return None
+
+
+def check_env_name(value):
+    if not _ENV_RE.match(value):
+        return "%r is not a valid environment variable name (must match ^[A-Z_][A-Z0-9_]*$)" % value
+    return None
+
+
+def check_proxy_jump(value):
+    hops = value.split(",")
+    if not all(_JUMP_RE.match(hop) for hop in hops):
+        return "%r is not a valid jump host; use user@host:port (several hops separated by commas)" % value
+    return None
+
+
+def check_non_empty(value):
+    if not value.strip():
+        return "must not be empty"
+    return None
+
+
+def parse_hours(value):
+    """``"08-20"`` -> ``(8, 20)``; an end of 0 means midnight, i.e. 24.
+
+    Raises ValueError for anything that is not START-END whole hours with
+    START in 0-23, END in 0-24 and START != END.
+    """
+    match = _HOURS_RE.match(value.strip())
+    if not match:
+        raise ValueError("%r is not an hour range; use START-END in whole hours, e.g. \"08-20\" or \"20-08\""
+                         % value)
+    start, end = int(match.group(1)), int(match.group(2))
+    if start > 23 or end > 24:
+        raise ValueError("%r: hours run from 0 to 23 (an end may be 24)" % value)
+    if end == 0:
+        end = 24
+    if start == end:
+        raise ValueError("%r is an empty window (start equals end); use \"00-24\" for the whole day" % value)
+    return start, end
+
+
+def window_hours(start, end):
+    """The hours of the day a window [start, end) covers, wrapping midnight."""
+    if start < end:
+        return list(range(start, end))
+    return list(range(start, 24)) + list(range(0, end))
+
+
+def check_hours(value):
+    try:
+        parse_hours(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _hour_ranges(hours):
+    """[0, 1, 2, 7] -> "00-03, 07-08": compact text for messages."""
+    spans, hours = [], sorted(set(hours))
+    for hour in hours:
+        if spans and spans[-1][1] == hour:
+            spans[-1][1] = hour + 1
+        else:
+            spans.append([hour, hour + 1])
+    return ", ".join("%02d-%02d" % (a, b) for a, b in spans)
+
+
+# ---------------------------------------------------------------------------
+# Cross-key rules (return [(relative key path, message)])
+
+def _valid(mapping, *keys):
+    return all(mapping.get(key) is not INVALID for key in keys)
+
+
+def check_price_windows(windows):
+    """Windows must cover each hour of the day exactly once."""
+    counts = [0] * 24
+    for window in windows:
+        if window is INVALID or not _valid(window, "hours") or "hours" not in window:
+            return []  # a broken window was reported already; coverage would only add noise
+        start, end = parse_hours(window["hours"])
+        for hour in window_hours(start, end):
+            counts[hour] += 1
+    problems = []
+    overlap = [h for h in range(24) if counts[h] > 1]
+    gaps = [h for h in range(24) if counts[h] == 0]
+    if overlap:
+        problems.append(((), "price windows overlap at hours %s; each hour must have exactly one price"
+                         % _hour_ranges(overlap)))
+    if gaps:
+        problems.append(((), "price windows leave hours %s uncovered; together they must cover all 24 hours"
+                         % _hour_ranges(gaps)))
+    return problems
+
+
+def check_fabric(fabric):
+    problems = []
+    kind = fabric.get("type")
+    if kind is INVALID:
+        return problems
+    if "roce" in fabric and kind != "roce":
+        problems.append((("roce",), "only allowed when the fabric type is roce (it is %s)" % kind))
+    hcas = fabric.get("hcas")
+    if hcas and hcas is not INVALID and kind == "ethernet":
+        problems.append((("hcas",), "HCAs are only used with fabric type infiniband or roce; "
+                                    "remove them or change the type"))
+    return problems
+
+
+def check_partition(part):
+    problems = []
+    acc = part.get("accelerator")
+    if acc is None or acc is INVALID:
+        return problems  # missing/invalid accelerator is reported already
+    if acc == "none":
+        gpus = part.get("gpus_per_node")
+        if gpus not in (None, 0, INVALID):
+            problems.append((("gpus_per_node",), "must be 0 or absent when accelerator is none"))
+        for key in ("gpu_model", "gres_name"):
+            if part.get(key) not in (None, INVALID):
+                problems.append(((key,), "only allowed when the partition has an accelerator "
+                                         "(accelerator is none)"))
+    else:
+        if "gpu_model" not in part:
+            problems.append((("gpu_model",), "required when accelerator is %s (it is the gres type, e.g. %s)"
+                             % (acc, "h100" if acc == "nvidia" else "ascend910b")))
+        gpus = part.get("gpus_per_node")
+        if gpus is None:
+            problems.append((("gpus_per_node",), "required when accelerator is %s" % acc))
+        elif gpus is not INVALID and gpus < 1:
+            problems.append((("gpus_per_node",), "must be at least 1 when accelerator is %s" % acc))
+    fabric = part.get("fabric")
+    # Fabric rules that depend on the accelerator.  HCCL on Ascend drives the
+    # RDMA NICs built into the NPUs (configured by hccn.conf), so neither HCA
+    # names nor a GID index are needed there; NCCL needs both to pick the
+    # right ports and RoCE v2 addresses.
+    if isinstance(fabric, dict) and fabric.get("type") in ("infiniband", "roce") and acc != "ascend":
+        kind = fabric["type"]
+        hcas = fabric.get("hcas")
+        if hcas is not INVALID and not hcas:
+            problems.append((("fabric", "hcas"), "required (a non-empty list, e.g. [\"=mlx5_0:1\"]) "
+                                                 "for fabric type %s" % kind))
+        if kind == "roce":
+            roce = fabric.get("roce")
+            if roce is None:
+                problems.append((("fabric", "roce", "gid_index"),
+                                 "required for fabric type roce (the RoCE v2 GID index, often 3)"))
+            elif roce is not INVALID and roce.get("gid_index") is None:
+                problems.append((("fabric", "roce", "gid_index"),
+                                 "required for fabric type roce (the RoCE v2 GID index, often 3)"))
+    return problems
+
+
+def check_cluster(cluster):
+    problems = []
+    parts = cluster.get("partitions")
+    default = cluster.get("default_partition")
+    if isinstance(parts, dict) and isinstance(default, str) and default not in parts:
+        problems.append((("default_partition",), "unknown partition %r; this cluster has: %s"
+                         % (default, ", ".join(sorted(parts)))))
+    return problems
+
+
+def check_site(site):
+    problems = []
+    clusters = site.get("clusters")
+    defaults = site.get("defaults")
+    if not isinstance(clusters, dict) or not isinstance(defaults, dict):
+        return problems
+    name = defaults.get("cluster")
+    if isinstance(name, str) and name not in clusters:
+        problems.append((("defaults", "cluster"), "unknown cluster %r; clusters are: %s"
+                         % (name, ", ".join(sorted(clusters)))))
+        return problems
+    part = defaults.get("partition")
+    if not isinstance(part, str):
+        return problems
+    if isinstance(name, str):
+        cluster = clusters[name]
+        if isinstance(cluster, dict) and isinstance(cluster.get("partitions"), dict):
+            if part not in cluster["partitions"]:
+                problems.append((("defaults", "partition"), "unknown partition %r on default cluster %r; it has: %s"
+                                 % (part, name, ", ".join(sorted(cluster["partitions"])))))
+    else:
+        known = set()
+        for cluster in clusters.values():
+            if isinstance(cluster, dict) and isinstance(cluster.get("partitions"), dict):
+                known.update(cluster["partitions"])
+            else:
+                return problems  # a broken cluster: cannot tell
+        if part not in known:
+            problems.append((("defaults", "partition"), "no cluster has a partition %r; partitions are: %s"
+                             % (part, ", ".join(sorted(known)))))
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# The schema
+
+TIME = {"type": "time"}
+
+ROCE = {
+    "type": "mapping",
+    "doc": "RoCE v2 settings; only with type roce",
+    "keys": {
+        "gid_index": {"type": "int", "min": 0, "max": 255,
+                      "doc": "GID index of the RoCE v2 address (NCCL_IB_GID_INDEX); required for NVIDIA RoCE"},
+        "traffic_class": {"type": "int", "min": 0, "max": 255,
+                          "doc": "IP traffic class (NCCL_IB_TC / HCCL_RDMA_TC), e.g. 106"},
+        "service_level": {"type": "int", "min": 0, "max": 15,
+                          "doc": "InfiniBand service level (NCCL_IB_SL / HCCL_RDMA_SL)"},
+    },
+}
+
+FABRIC = {
+    "type": "mapping",
+    "doc": "the network between nodes; default {type: ethernet}",
+    "keys": {
+        "type": {"type": "str", "default": "ethernet", "choices": FABRICS,
+                 "doc": "infiniband, roce or ethernet"},
+        "hcas": {"type": "list", "items": {"type": "str", "checker": check_non_empty},
+                 "doc": "HCA ports for NCCL_IB_HCA, e.g. [\"=mlx5_0:1\"]; required for infiniband and roce "
+                        "(not for Ascend)"},
+        "socket_ifname": {"type": "str", "checker": check_non_empty,
+                          "doc": "bootstrap interface(s): NCCL_SOCKET_IFNAME / HCCL_SOCKET_IFNAME"},
+        "roce": ROCE,
+        "env": {"type": "map_of", "key_checker": check_env_name,
+                "values": {"type": "one_of",
+                           "alternatives": [{"type": "str"}, {"type": "number", "as_text": True}]},
+                "doc": "extra environment variables for the job, values strings or numbers"},
+    },
+    "checker": check_fabric,
+}
+
+PARTITION = {
+    "type": "mapping",
+    "doc": "one Slurm partition",
+    "keys": {
+        "accelerator": {"type": "str", "required": True, "choices": ACCELERATORS,
+                        "doc": "nvidia, ascend or none"},
+        "gpu_model": {"type": "str", "checker": check_non_empty,
+                      "doc": "the gres type (h100, a100, ascend910b); required with an accelerator"},
+        "gres_name": {"type": "str", "checker": check_name,
+                      "doc": "generic resource name; default gpu (nvidia) or npu (ascend)"},
+        "gpus_per_node": {"type": "int", "min": 0,
+                          "doc": "accelerators per node; required (>= 1) with an accelerator, 0/absent without"},
+        "cpus_per_node": {"type": "int", "required": True, "min": 1, "doc": "CPUs per node"},
+        "memory_mb": {"type": "int", "min": 1, "doc": "memory per node in MB (Slurm RealMemory)"},
+        "max_nodes": {"type": "int", "min": 1, "doc": "most nodes a job may use; absent: no known limit"},
+        "max_time": {"type": "time", "doc": "longest job (Slurm time); absent or UNLIMITED: no limit"},
+        "fabric": FABRIC,
+    },
+    "checker": check_partition,
+}
+
+PRICE_WINDOW = {
+    "type": "mapping",
+    "keys": {
+        "hours": {"type": "str", "required": True, "checker": check_hours,
+                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"20-08\")"},
+        "price": {"type": "number", "required": True, "min": 0, "doc": "price per GPU-hour in this window"},
+    },
+}
+
+LOGIN = {
+    "type": "mapping",
+    "doc": "SSH access to the cluster's login node (federation); absent: run Slurm commands locally",
+    "keys": {
+        "host": {"type": "str", "required": True, "checker": check_non_empty, "doc": "host name or address"},
+        "port": {"type": "int", "default": 22, "min": 1, "max": 65535, "doc": "SSH port"},
+        "user": {"type": "str", "checker": check_non_empty, "doc": "remote user; default: SSH's default"},
+        "identity_file": {"type": "str", "path": True, "doc": "private key file"},
+        "known_hosts": {"type": "str", "path": True, "doc": "known_hosts file checked strictly"},
+        "proxy_jump": {"type": "str", "checker": check_proxy_jump, "doc": "bastion, \"user@host:port\""},
+        "connect_timeout": {"type": "number", "default": 10.0, "min": 0, "doc": "seconds to connect"},
+        "command_timeout": {"type": "number", "default": 60.0, "min": 0, "doc": "seconds per remote command"},
+    },
+}
+
+CLUSTER = {
+    "type": "mapping",
+    "doc": "one Slurm cluster",
+    "keys": {
+        "slurm_conf": {"type": "str", "path": True, "doc": "SLURM_CONF for local commands"},
+        "login": LOGIN,
+        "max_switch_wait": {"type": "time", "doc": "overrides topology.max_switch_wait for this cluster"},
+        "default_partition": {"type": "str", "doc": "partition used when none is given"},
+        "price_per_gpu_hour": {
+            "type": "one_of",
+            "doc": "a number, or a list of {hours, price} windows covering the day",
+            "alternatives": [
+                {"type": "number", "min": 0},
+                {"type": "list", "items": PRICE_WINDOW, "min_items": 1, "checker": check_price_windows},
+            ],
+        },
+        "partitions": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
+                       "values": PARTITION, "doc": "partition name -> partition"},
+    },
+    "checker": check_cluster,
+}
+
+DEFAULTS = {
+    "type": "mapping",
+    "doc": "what a job gets when the command line does not say",
+    "keys": {
+        "cluster": {"type": "str", "doc": "default cluster (must exist)"},
+        "partition": {"type": "str", "doc": "default partition (must exist)"},
+        "account": {"type": "str", "doc": "sbatch --account"},
+        "qos": {"type": "str", "doc": "sbatch --qos"},
+        "time": {"type": "time", "default": "01:00:00", "doc": "sbatch --time"},
+        "template": {"type": "str", "default": "torchrun", "checker": check_non_empty,
+                     "doc": "job script template"},
+    },
+}
+
+SITE = {
+    "type": "mapping",
+    # Top-level keys starting with "x-" are ignored: a place to define YAML
+    # anchors shared by several partitions (as in docker-compose files).
+    "extension_prefix": "x-",
+    "keys": {
+        "site": {"type": "str", "required": True, "checker": check_name, "doc": "name of the site"},
+        "description": {"type": "str", "default": "", "doc": "free text"},
+        "defaults": dict(DEFAULTS, default={}),
+        "topology": {
+            "type": "mapping",
+            "doc": "topology-aware placement",
+            "default": {},
+            "keys": {
+                "max_switch_wait": {"type": "time", "default": "00:10:00",
+                                    "doc": "how long a multi-node job may wait for fewer leaf switches"},
+            },
+        },
+        "modules": {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "default": [],
+                    "doc": "environment modules loaded by the script (module load)"},
+        "setup": {"type": "list", "items": {"type": "str"}, "default": [],
+                  "doc": "shell lines run before the job, verbatim (trusted: written by the site admin)"},
+        "template_dirs": {"type": "list", "items": {"type": "str", "checker": check_non_empty, "path": True},
+                          "default": [], "doc": "directories searched for templates before the built-in ones"},
+        "clusters": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
+                     "values": CLUSTER, "doc": "cluster name -> cluster"},
+    },
+    "checker": check_site,
+}
+
+_EXPECT = {
+    "str": "a string",
+    "int": "an integer",
+    "number": "a number",
+    "bool": "true or false",
+    "time": "a Slurm time string (%s)" % TIME_FORMATS_TEXT,
+    "mapping": "a mapping",
+    "map_of": "a mapping",
+    "list": "a list",
+}
+
+
+def expected(spec):
+    """What a value of ``spec`` looks like, for "expected X, got Y" messages."""
+    kind = spec["type"]
+    if kind == "one_of":
+        return " or ".join(expected(alt) for alt in spec["alternatives"])
+    if kind == "list" and "items" in spec and spec["items"]["type"] != "mapping":
+        return "a list of %s" % _plural(expected(spec["items"]))
+    if kind == "list" and spec["items"]["type"] == "mapping":
+        return "a list of mappings"
+    return _EXPECT[kind]
+
+
+def _plural(text):
+    for article in ("an ", "a "):
+        if text.startswith(article):
+            text = text[len(article):]
+            break
+    head, _, tail = text.partition(" ")
+    return head + "s" + ((" " + tail) if tail else "")
+
+
+def iter_keys(spec=None, prefix=""):
+    """Yield ``(dotted path, spec)`` for every documented key, depth first.
+
+    User-chosen keys appear as placeholders (``clusters.<cluster>``), list
+    items as ``[]``.  Used by the documentation test and ``site schema``.
+    """
+    spec = SITE if spec is None else spec
+    kind = spec["type"]
+    if kind == "mapping":
+        for name, sub in spec["keys"].items():
+            path = prefix + "." + name if prefix else name
+            yield path, sub
+            for item in iter_keys(sub, path):
+                yield item
+    elif kind == "map_of" and spec["values"]["type"] in ("mapping", "map_of"):
+        placeholder = "<%s>" % prefix.rsplit(".", 1)[-1].rstrip("s")
+        for item in iter_keys(spec["values"], prefix + "." + placeholder):
+            yield item
+    elif kind == "list" and spec["items"]["type"] == "mapping":
+        for item in iter_keys(spec["items"], prefix + "[]"):
+            yield item
+    elif kind == "one_of":
+        for alt in spec["alternatives"]:
+            for item in iter_keys(alt, prefix):
+                yield item
