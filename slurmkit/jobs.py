@@ -66,6 +66,8 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     """
     if spec.token is None:
         spec = _with_token(spec, new_token())
+    elif not TOKEN_RE.match(spec.token):
+        raise UsageError("--token must be 1-64 letters, digits, '.', '_' or '-'")
     site = session.site
     target = site.cluster(cluster)
     part = site.partition(target, partition)
@@ -83,8 +85,6 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
            partition: Optional[str] = None) -> Submission:
     """Render and submit; with a caller's token, an existing job with it is returned instead."""
     token = spec.token
-    if token is not None and not TOKEN_RE.match(token):
-        raise UsageError("--token must be 1-64 letters, digits, '.', '_' or '-'")
     caller_token = token is not None
     if token is None:
         token = new_token()

@@ -47,6 +47,12 @@ def main(argv=None):
         code = 130
     except BrokenPipeError:
         code = 1
+    except Exception as exc:  # a bug: still one line, with the way to see more
+        if debug:
+            raise
+        click.echo("Error: internal error: %s: %s (rerun with --debug for the traceback)"
+                   % (type(exc).__name__, exc), err=True)
+        code = 1
     sys.stdout.flush()
     return code
 

@@ -83,6 +83,23 @@ def _epoch(value) -> Optional[datetime]:
     return datetime.fromtimestamp(int(value))
 
 
+_PATTERN_RE = re.compile(r"%(%|[jxuAa]|[0-9]*[jA])")
+
+
+def expand_output_pattern(pattern: str, job_id: str, name: str, user: str) -> str:
+    """Slurm's filename pattern (``%j``, ``%x``, ``%u``, ``%%``) for one job; others stay as they are."""
+    def sub(m):
+        code = m.group(1)
+        if code == "%":
+            return "%"
+        letter, width = code[-1], code[:-1]
+        value = {"j": job_id, "A": job_id, "x": name, "u": user}.get(letter)
+        if value is None:
+            return m.group(0)
+        return value.zfill(int(width)) if width else value
+    return _PATTERN_RE.sub(sub, pattern)
+
+
 def parse_squeue_json(text: str) -> List[JobInfo]:
     try:
         data = json.loads(text)
@@ -100,7 +117,8 @@ def parse_squeue_json(text: str) -> List[JobInfo]:
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
             exit_code=exit_code, cluster=job.get("cluster", "") or "",
-            stdout=job.get("standard_output", "") or ""))
+            stdout=expand_output_pattern(job.get("standard_output", "") or "", str(job["job_id"]),
+                                         job.get("name", ""), job.get("user_name", ""))))
     return jobs
 
 

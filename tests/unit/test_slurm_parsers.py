@@ -110,3 +110,8 @@ def test_parse_partitions():
 def test_versions():
     assert parsers.parse_version("slurm 22.05.8\n") == "22.05.8"
     assert parsers.major_minor("22.05.8") == parsers.major_minor("22.5.0") == (22, 5)
+
+
+def test_expand_output_pattern():
+    assert parsers.expand_output_pattern("/o/%x-%j-%u.%%.%5j", "42", "train", "bob") == "/o/train-42-bob.%.00042"
+    assert parsers.expand_output_pattern("/o/%N-%a", "42", "t", "b") == "/o/%N-%a"

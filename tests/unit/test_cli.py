@@ -1,0 +1,140 @@
+"""The CLI: help everywhere, one-line errors with the right exit codes, render output."""
+
+from pathlib import Path
+
+import click
+import pytest
+
+from slurmkit.cli import main
+from slurmkit.cli.commands import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+IB = str(ROOT / "site_configs" / "example-infiniband.yaml")
+
+
+def _all_commands(group, prefix=()):
+    for name, command in group.commands.items():
+        yield prefix + (name,), command
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, prefix + (name,))
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_command_has_help_text(capsys):
+    commands = list(_all_commands(cli))
+    assert {"submit", "render", "status", "cancel", "wait", "templates", "topology"} <= {p[0] for p, _ in commands}
+    for path, command in commands:
+        assert command.help and command.help.strip(), "command %s has no help text" % " ".join(path)
+        code, out, _ = run(capsys, *path, "--help")
+        assert code == 0 and "Usage: slurmkit " + " ".join(path) in out
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help, "option %s of %s has no help" % (param.opts, " ".join(path))
+
+
+def test_render_prints_the_script(capsys):
+    code, out, err = run(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
+                         "--token", "tok", "--", "python", "train.py")
+    assert code == 0 and err == ""
+    assert out.startswith("#!/bin/bash\n") and "#SBATCH --switches=1@00:30:00" in out
+    assert "#SBATCH --comment=slurmkit:tok" in out
+
+
+def _one_error_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["render", "--site", "nosuchsite", "--", "x"], 2, "nosuchsite"),
+    (["render", "--site", IB, "-p", "nope", "--", "x"], 2, "choose one of: debug, gpu"),
+    (["render", "--site", IB, "-M", "nope", "--", "x"], 2, "choose one of: hopper"),
+    (["render", "--site", IB, "-T", "nope", "--", "x"], 2, "choose one of: single, srun, torchrun"),
+    (["render", "--site", IB, "-N", "100", "--", "x"], 2, "asks for 100 nodes but partition gpu"),
+    (["render", "--site", IB, "-t", "9-00:00:00", "--", "x"], 2, "time limit of partition gpu"),
+    (["render", "--site", IB, "-t", "soon", "--", "x"], 2, "not a Slurm time"),
+    (["render", "--site", IB, "--comm", "heavy", "--", "x"], 2, "topology"),
+    (["render", "--site", IB], 2, "Missing argument"),
+    (["render", "--site", IB, "-e", "NOEQUALS", "--", "x"], 2, "KEY=VALUE"),
+    (["render", "--site", IB, "--token", "bad token", "--", "x"], 2, "--token"),
+    (["status", "--site", IB, "x:y"], 2, "not a job id"),
+    (["bogus"], 2, "No such command"),
+])
+def test_bad_input_gives_one_error_line(capsys, monkeypatch, tmp_path, args, code, needle):
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path))  # no cached topology of a real cluster
+    got, out, err = run(capsys, *args)
+    line = _one_error_line(err)
+    assert got == code, err
+    assert needle in line
+
+
+def test_no_site_lists_available(capsys, monkeypatch):
+    monkeypatch.delenv("SLURMKIT_SITE", raising=False)
+    code, _, err = run(capsys, "render", "--", "x")
+    assert code == 2 and "SLURMKIT_SITE" in _one_error_line(err) and "local" in err
+
+
+def test_site_from_environment(capsys, monkeypatch):
+    monkeypatch.setenv("SLURMKIT_SITE", IB)
+    code, out, _ = run(capsys, "render", "--", "hostname")
+    assert code == 0 and "cluster hopper" in out
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "file is empty"),
+    ("site: x\nclusters: [unclosed\n", ":2: invalid YAML"),
+    ("site: x\nclusters:\n  a:\n    partitions:\n      gpu:\n        acelerator: nvidia\n", "accelerator"),
+])
+def test_bad_config_is_one_line_with_file_and_line(capsys, tmp_path, content, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, _, err = run(capsys, "render", "--site", str(path), "--", "x")
+    assert code == 2
+    line = _one_error_line(err)
+    assert str(path) in line and needle in line
+
+
+def test_site_validate_reports_every_problem(capsys, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("site: x\nclusters:\n  a:\n    partitions:\n      gpu:\n        accelerator: nvidiaa\n"
+                    "        cpus_per_node: many\n")
+    code, out, err = run(capsys, "site", "validate", str(path), IB)
+    assert code == 2
+    problems = [ln for ln in err.splitlines() if ln.startswith(str(path))]
+    assert len(problems) >= 2
+    assert any(":6:" in ln and "accelerator" in ln for ln in problems)
+    assert any(":7:" in ln and "cpus_per_node" in ln for ln in problems)
+    assert "%s: ok" % IB in out
+
+
+def test_site_validate_shows_lint_warnings(capsys, tmp_path):
+    path = tmp_path / "lint.yaml"
+    path.write_text("site: x\nclusters:\n  a:\n    partitions:\n      gpu:\n        accelerator: nvidia\n"
+                    "        gpu_model: a100\n        gpus_per_node: 8\n        cpus_per_node: 8\n"
+                    "        fabric:\n          type: infiniband\n          hcas: [mlx5_1, mlx5_10]\n"
+                    "          socket_ifname: ^docker0\n")
+    code, out, err = run(capsys, "site", "validate", str(path))
+    assert code == 0 and "ok" in out
+    assert "'mlx5_1' has no '='" in err and "^docker0,lo" in err
+
+
+def test_site_show_and_templates(capsys):
+    code, out, _ = run(capsys, "site", "show", "--site", IB)
+    assert code == 0 and "cluster hopper" in out and "NCCL_IB_HCA==mlx5_0:1" in out
+    code, out, _ = run(capsys, "templates")
+    assert code == 0
+    assert {"torchrun", "srun", "single"} <= {ln.split()[0] for ln in out.splitlines()[1:]}
+
+
+def test_library_never_imports_click():
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "slurmkit").rglob("*.py")
+                 if "cli" not in p.parts and ("import click" in p.read_text() or "from click" in p.read_text())]
+    assert offenders == []
