@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
--include devcluster/cluster.mk
+include devcluster/cluster.mk
 
 .PHONY: help venv test unit integration demo bench clean
 
@@ -26,7 +26,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml | install-python
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]' --config-settings editable_mode=compat
 	touch $@
 
 unit: venv

@@ -7,8 +7,8 @@ already exists instead of creating it twice.
 """
 
 import re
+import secrets
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -54,7 +54,7 @@ def parse_ref(text: str, session: Session) -> JobRef:
 
 
 def new_token() -> str:
-    return uuid.uuid4().hex[:16]
+    return secrets.token_hex(8)
 
 
 def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,

@@ -113,8 +113,14 @@ def template_description(path: Path) -> str:
 def _environment(site: Optional[Site]):
     import jinja2  # lazy: only rendering needs it
 
+    from slurmkit.cache import private_dir
+
+    # Compiled templates are cached (keyed by jinja2 on name and source checksum):
+    # compiling them is most of a fresh process's rendering time.
+    cache_dir = private_dir("templates")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(site)]),
+        bytecode_cache=jinja2.FileSystemBytecodeCache(str(cache_dir)) if cache_dir else None,
         undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
         keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["trusted"] = Trusted

@@ -77,17 +77,15 @@ def leaves_of(layout: ClusterLayout, nodelist: str) -> List[str]:
     return [leaf.name for leaf in layout.topology.leaves if nodes & set(hostlist.expand(leaf.nodes))]
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("SLURMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "slurmkit")
-    return Path(base)
-
-
 class TopologyCache:
     """On-disk cache of a cluster's layout, keyed by where the cluster is reached."""
 
     def __init__(self, directory: Optional[Path] = None, ttl: float = DEFAULT_TTL, clock=time.time):
-        self.directory = Path(directory) if directory else cache_dir() / "topology"
+        if directory is None:
+            from slurmkit.cache import cache_root, private_dir
+
+            directory = private_dir("topology") or cache_root() / "topology"
+        self.directory = Path(directory)
         self.ttl = ttl
         self.clock = clock
 

@@ -34,13 +34,13 @@ try:  # the libyaml parser is much faster; both give the same nodes and marks
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _YamlLoader
 
-__all__ = ["Problem", "load_site", "find_site", "validate_files", "list_sites", "site_search_path"]
+__all__ = ["Problem", "load_site", "find_site", "validate_files"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NULL_TAG = "tag:yaml.org,2002:null"
-SITE_SUFFIXES = (".yaml", ".yml")
+
 
 
 @dataclass(frozen=True)
@@ -539,73 +539,11 @@ def _build_fabric(value):
 
 
 # ---------------------------------------------------------------------------
-# Finding sites by name
-
-def _repo_site_configs():
-    # <checkout>/site_configs, next to the slurmkit package (development
-    # checkouts only; an installed package has none and skips it).
-    return Path(__file__).resolve().parent.parent.parent / "site_configs"
-
-
-def site_search_path():
-    # type: () -> List[Path]
-    """Directories searched for ``<name>.yaml``, first match wins."""
-    dirs = [Path(entry).expanduser() for entry in os.environ.get("SLURMKIT_SITE_PATH", "").split(os.pathsep)
-            if entry]
-    try:
-        dirs.append(Path.home() / ".config" / "slurmkit" / "sites")
-    except (KeyError, RuntimeError):  # no home directory (some batch environments)
-        pass
-    dirs.append(Path("/etc/slurmkit/sites"))
-    repo = _repo_site_configs()
-    if repo.is_dir():
-        dirs.append(repo)
-    return dirs
-
-
-def list_sites():
-    # type: () -> Dict[str, str]
-    """Site name (file stem) -> path of every site file on the search path.
-
-    A name found in several directories maps to the first one, the one
-    :func:`find_site` loads.
-    """
-    found = {}
-    for directory in site_search_path():
-        try:
-            files = sorted(directory.iterdir())
-        except OSError:
-            continue  # missing or unreadable directory: nothing there for us
-        for file in files:
-            if file.suffix in SITE_SUFFIXES and not file.name.startswith(".") and file.is_file():
-                found.setdefault(file.stem, str(file))
-    return found
-
-
-def _looks_like_path(text):
-    return "/" in text or os.sep in text or text.endswith(SITE_SUFFIXES)
-
+# Finding sites by name: see slurmkit.site.locate (kept free of YAML imports).
 
 def find_site(name_or_path):
     # type: (PathLike) -> Site
     """Load a site given by file path or by name (``<name>.yaml`` on the search path)."""
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if path.is_file() or _looks_like_path(text):
-        if not path.exists():
-            raise ConfigError("site config file %s does not exist" % text)
-        return load_site(text)
-    for directory in site_search_path():
-        for suffix in SITE_SUFFIXES:
-            candidate = directory / (text + suffix)
-            if candidate.is_file():
-                return load_site(str(candidate))
-    searched = ", ".join(str(d) for d in site_search_path())
-    available = sorted(list_sites())
-    if not available:
-        raise UsageError("unknown site %r: no site config files found (searched %s); "
-                         "add %s.yaml to one of those directories, set SLURMKIT_SITE_PATH, "
-                         "or give the path of a site YAML file" % (text, searched, text))
-    close = difflib.get_close_matches(text, available, n=1)
-    raise UsageError("unknown site %r%s; available sites: %s (searched %s)"
-                     % (text, " (did you mean %r?)" % close[0] if close else "", ", ".join(available), searched))
+    from slurmkit.site.locate import resolve_site_path
+
+    return load_site(resolve_site_path(name_or_path))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmkit.errors import ConfigError, UsageError
-from slurmkit.site import find_site, list_sites, load_site, validate_files
+from slurmkit.site import find_site, list_sites, load_site, site_search_path, validate_files
 from slurmkit.site import loader, schema
 from slurmkit.site.model import PriceWindow
 
@@ -672,7 +672,7 @@ def test_unknown_site_lists_choices(site_path):
 
 
 def test_repo_site_configs_are_on_the_path(site_path):
-    assert loader.site_search_path()[-1] == SITE_CONFIGS
+    assert site_search_path()[-1] == SITE_CONFIGS
     assert list_sites()["local"] == str(SITE_CONFIGS / "local.yaml")
     assert find_site("local").name == "local"
 
