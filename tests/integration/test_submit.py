@@ -1,0 +1,163 @@
+"""`slurmkit submit`, `status`, `cancel`, `wait` and `render` against the real local cluster alpha.
+
+Each test runs the CLI as a user would (a separate process) and checks the
+result from Slurm itself (scontrol), not from slurmkit's own report.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import job_info, slurm, wait_job_state
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = str(ROOT / "site_configs" / "local.yaml")
+LEAVES = {"leaf1": {"an1", "an2"}, "leaf2": {"an3", "an4"}}
+
+
+def slurmkit(*args, check=True, env=None):
+    proc = subprocess.run([sys.executable, "-m", "slurmkit", *args], capture_output=True, text=True,
+                          env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})), timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(args), proc.returncode, proc.stdout, proc.stderr))
+    return proc
+
+
+def submit(*args, **kw):
+    proc = slurmkit("submit", "--json", *args, **kw)
+    data = json.loads(proc.stdout)
+    assert data["cluster"] == "alpha" and data["id"] == "alpha:" + data["job_id"]
+    return data
+
+
+def nodes_of(jobid):
+    out = slurm("alpha", "scontrol", "show", "hostnames", job_info("alpha", jobid)["NodeList"]).stdout
+    return set(out.split())
+
+
+def test_heavy_two_node_job_sits_under_one_leaf_and_sees_the_nccl_settings(devcluster, tmp_path):
+    out = tmp_path / "heavy-%j.out"
+    job = submit("-N", "2", "--gpus-per-node", "2", "--comm", "heavy", "-T", "srun", "-t", "3",
+                 "-o", str(out), "--", "bash", "-c",
+                 'echo "$SLURMD_NODENAME NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_IB_DISABLE=$NCCL_IB_DISABLE"')
+    assert job["switches"] == 1
+    wait_job_state("alpha", job["job_id"], {"COMPLETED"}, timeout=90)
+    info = job_info("alpha", job["job_id"])
+    assert info["Switches"].startswith("1@")
+    nodes = nodes_of(job["job_id"])
+    assert len(nodes) == 2 and any(nodes <= members for members in LEAVES.values()), nodes
+    lines = Path(str(out).replace("%j", job["job_id"])).read_text().split("\n")
+    seen = {ln.split()[0] for ln in lines if ln}
+    assert seen == nodes  # one task per GPU, on both nodes
+    assert all("NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1" in ln for ln in lines if ln)
+
+
+def test_three_node_heavy_job_asks_for_two_switches(devcluster, tmp_path):
+    job = submit("-N", "3", "--gpus-per-node", "1", "--comm", "heavy", "-T", "srun", "-t", "2",
+                 "-o", str(tmp_path / "o-%j"), "--", "true")
+    assert job["switches"] == 2
+    assert job_info("alpha", job["job_id"])["Switches"].startswith("2@")
+    slurm("alpha", "scancel", job["job_id"])
+
+
+def test_light_job_has_no_switch_constraint(devcluster, tmp_path):
+    job = submit("-N", "2", "-p", "cpu", "-T", "srun", "-t", "2", "-o", str(tmp_path / "o-%j"), "--", "true")
+    assert job["switches"] is None
+    assert job_info("alpha", job["job_id"]).get("Switches", "0").startswith("0")
+    slurm("alpha", "scancel", job["job_id"])
+
+
+HOSTILE = ["$(touch {marker})", "'; touch {marker}; '", "line1\nline2", "`touch {marker}`", 'dq"x', "back\\slash",
+           "", "*", "--", "tab\there", "ünïcødé"]
+
+
+def test_hostile_names_and_arguments_are_passed_literally(devcluster, tmp_path):
+    marker = tmp_path / "pwned"
+    args = [a.format(marker=marker) for a in HOSTILE]
+    result = tmp_path / "argv.json"
+    name = "$(touch %s) x\"y 'z'" % marker
+    job = submit("-p", "cpu", "-T", "single", "-t", "2", "-J", name, "-o", str(tmp_path / "o-%j"),
+                 "-e", "HOSTILE=$(touch %s)" % marker, "--",
+                 sys.executable, "-c",
+                 "import json, os, sys; json.dump([sys.argv[1:], os.environ['HOSTILE']], open(sys.argv[1], 'w'))",
+                 str(result), *args)
+    wait_job_state("alpha", job["job_id"], {"COMPLETED"}, timeout=90)
+    received, hostile_env = json.loads(result.read_text())
+    assert received == [str(result)] + args
+    assert hostile_env == "$(touch %s)" % marker
+    assert not marker.exists()
+    assert json.loads(slurmkit("status", "--json", job["id"]).stdout)["jobs"][0]["name"] == name
+
+
+def test_status_cancel_round_trip(devcluster, tmp_path):
+    job = submit("-p", "cpu", "-T", "single", "-t", "5", "-o", str(tmp_path / "o-%j"), "--", "sleep", "300")
+    wait_job_state("alpha", job["job_id"], {"RUNNING"}, timeout=60)
+    status = json.loads(slurmkit("status", "--json", job["id"], job["job_id"]).stdout)
+    assert [j["state"] for j in status["jobs"]] == ["RUNNING", "RUNNING"]  # CLUSTER:ID and bare id alike
+    table = slurmkit("status", job["id"]).stdout
+    assert job["id"] in table and "RUNNING" in table
+    assert slurmkit("cancel", job["job_id"]).stdout.strip() == "cancelled " + job["id"]
+    wait_job_state("alpha", job["job_id"], {"CANCELLED"}, timeout=60)
+    status = json.loads(slurmkit("status", "--json", job["id"]).stdout)
+    assert status["jobs"][0]["state"] == "CANCELLED"
+    mine = json.loads(slurmkit("status", "--json").stdout)["jobs"]
+    assert job["id"] in {j["id"] for j in mine}
+
+
+def test_unknown_job_is_exit_1(devcluster):
+    proc = slurmkit("status", "alpha:999999", check=False)
+    assert proc.returncode == 1 and "Error: job alpha:999999 is not known" in proc.stderr
+
+
+def test_same_token_never_submits_twice(devcluster, tmp_path):
+    args = ["-p", "cpu", "-T", "single", "-t", "2", "-o", str(tmp_path / "o-%j"), "--token", "once-%d" % os.getpid(),
+            "--", "sleep", "60"]
+    first, second = submit(*args), submit(*args)
+    assert first["job_id"] == second["job_id"] and second["existed"] and not first["existed"]
+    slurm("alpha", "scancel", first["job_id"])
+
+
+def test_render_prints_exactly_what_submit_sends(devcluster, tmp_path):
+    args = ["-N", "2", "--gpus-per-node", "1", "--comm", "heavy", "-T", "torchrun", "-t", "2",
+            "-o", str(tmp_path / "o-%j"), "--token", "same-%d" % os.getpid(), "--", "python", "train.py", "--lr", "3e-4"]
+    rendered = slurmkit("render", *args).stdout
+    job = submit(*args)
+    sent = slurm("alpha", "scontrol", "write", "batch_script", job["job_id"], "-").stdout
+    slurm("alpha", "scancel", job["job_id"])
+    assert sent == rendered
+
+
+def test_sbatch_refusal_is_shown_with_exit_1(devcluster, tmp_path):
+    # A partition the site config knows but Slurm does not: only sbatch can refuse it.
+    conf = json.loads((ROOT / ".devcluster" / "clusters.json").read_text())["clusters"]["alpha"]["slurm_conf"]
+    bad = tmp_path / "ghost.yaml"
+    bad.write_text("site: ghost\nclusters:\n  alpha:\n    slurm_conf: %s\n    partitions:\n      ghost:\n"
+                   "        accelerator: none\n        cpus_per_node: 1\n" % conf)
+    proc = slurmkit("submit", "--site", str(bad), "-p", "ghost", "-t", "1", "--", "true", check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: sbatch failed on cluster alpha")
+    assert "invalid partition" in lines[0].lower()
+
+
+def test_wait_reports_output_and_leaf_switch(devcluster, tmp_path):
+    job = submit("-N", "2", "--gpus-per-node", "1", "--comm", "heavy", "-T", "srun", "-t", "2",
+                 "-o", str(tmp_path / "w-%j.out"), "--", "true")
+    proc = slurmkit("wait", "--json", job["id"])
+    summary = json.loads(proc.stdout)
+    assert proc.returncode == 0 and summary["state"] == "COMPLETED"
+    assert summary["stdout"] == str(tmp_path / ("w-%s.out" % job["job_id"]))
+    assert len(summary["leaf_switches"]) == 1 and summary["leaf_switches"][0] in LEAVES
+
+
+def test_topology_drawing_shows_the_real_tree(devcluster):
+    out = slurmkit("topology").stdout
+    assert out.splitlines()[1].startswith("spine (level 1")
+    for leaf, nodes in LEAVES.items():
+        assert any(ln.lstrip("│├└─ ").startswith(leaf) for ln in out.splitlines())
+        for node in nodes:
+            assert any(node in ln and "gpu free" in ln for ln in out.splitlines())
