@@ -1,0 +1,1117 @@
+#!/usr/bin/env python3
+"""Throwaway local Slurm test clusters on loopback (real Slurm, munge, sshd).
+
+Three independent clusters run side by side on this one machine, each with
+its own munged (own key and socket), its own slurmctld, one slurmd per node
+(``slurmd -N NAME``) and one OpenSSH "login node".  Every daemon binds to a
+127.0.0.0/8 address only.  Nothing under /etc is read or written by the
+daemons we start; all state lives below ``<repo>/.devcluster/``::
+
+    .devcluster/
+      clusters.json            what tests read: confs, nodes, ports, keys, logs
+      .lock                    serialises concurrent devcluster.py commands
+      ssh/id_ed25519[.pub]     client key (no passphrase), authorized on all
+                               three login nodes as root
+      ssh/known_hosts          "[127.0.k.2]:2222 ssh-ed25519 ..." x 3
+      ssh/config               convenience: ssh -F .devcluster/ssh/config alpha
+      <cluster>/
+        etc/slurm.conf         SLURM_CONF for this cluster (+ gres.conf,
+        etc/gres.conf          topology.conf next to it)
+        etc/topology.conf
+        munge/                 munge.key, munge.socket, munged.pid/.log, seed
+        ctld/state/            StateSaveLocation
+        ctld/slurmctld.pid|log
+        slurmd/<node>/         SlurmdSpoolDir (%n)
+        slurmd/slurmd.<node>.pid|log
+        dev/nvidia0..7         fake char devices (1:3, like /dev/null) for
+                               gres.conf File= (gamma: davinci0..7)
+        sshd/                  sshd_config, host key (+ .orig while rekeyed),
+                               authorized_keys, sshd.pid, sshd.log
+        out/                   stdout/stderr of daemon start commands
+
+Address and port map, cluster index k (alpha=1, beta=2, gamma=3)::
+
+    slurmctld      127.0.k.1:17k17
+    slurmd node i  127.0.k.(10+i):17k(20+i)      (an1 = 127.0.1.11:17121)
+    srun ports     17k50-17k99  (SrunPortRange)
+    login sshd     127.0.k.2:2222
+
+Commands::
+
+    up [CLUSTER...]     start whatever is not running (idempotent), resume
+                        DOWN/DRAIN nodes, wait until every node is idle
+    down [CLUSTER...]   cancel live jobs, stop exactly the recorded daemons
+    env [CLUSTER]       print "export SLURM_CONF=..." (default alpha)
+    status [CLUSTER...] daemons and node states; exit 1 if anything is down
+    up-ctld / down-ctld CLUSTER        one slurmctld (failover tests)
+    up-sshd / down-sshd CLUSTER        one login node
+    rekey-sshd CLUSTER                 new host key, old one kept aside,
+                                       known_hosts NOT updated
+    restore-sshd-key CLUSTER           put the original host key back
+
+Why UTS namespaces: Slurm's CommunicationParameters=NoInAddrAny (slurmd,
+srun, ...) and NoCtldInAddrAny (slurmctld) do not bind to NodeAddr or to the
+SlurmctldHost address: every program binds to what gethostname() resolves to
+(slurm_setup_addr()).  Hence, without touching /etc/hosts:
+
+* slurmctld runs in a private UTS namespace whose hostname is its address
+  127.0.k.1 (and SlurmctldHost=127.0.k.1, so it knows it is the controller);
+* each slurmd starts in a private UTS namespace named 127.0.k.(10+i), binds
+  there, and as soon as it listens its namespace is renamed "localhost".
+  Jobs inherit that namespace, and srun inside a job must listen on
+  127.0.0.1: slurmstepd connects back to the *source* address of srun's
+  launch request, which the kernel always picks as 127.0.0.1 for loopback
+  destinations (else: "[7.0] error: connect io: Connection refused");
+* login sshds run in a UTS namespace named "localhost" for the same reason.
+srun started directly on this machine binds to what the machine's hostname
+resolves to; ``up`` warns when that is not 127.0.0.1.
+
+A daemon counts as ours when its pid file names a live process whose
+/proc/PID/comm is the expected program and whose command line contains our
+config path; ``down`` only ever signals such processes.
+
+Stdlib only; Python 3.9+.  Run as root (SlurmUser=root, sshd).
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (REPO / ".devcluster")).resolve()
+SSH_DIR = STATE / "ssh"
+CLIENT_KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+SSH_CONFIG = SSH_DIR / "config"
+CLUSTERS_JSON = STATE / "clusters.json"
+
+SSHD = "/usr/sbin/sshd"
+# Hostname seen by jobs and login sessions; must resolve to 127.0.0.1 (see
+# "Why UTS namespaces" in the docstring).
+JOB_HOSTNAME = "localhost"
+LOGIN_PORT = 2222
+WAIT_IDLE_S = 60.0
+
+# name -> description.  index k gives the 127.0.k.x addresses and 17kxx ports.
+SPECS = {
+    "alpha": {
+        "index": 1, "prefix": "an", "count": 4,
+        "gres": ("gpu", "h100", 8), "devname": "nvidia",
+        "partitions": [("gpu", True, "24:00:00"), ("cpu", False, "INFINITE")],
+        "leaves": [("leaf1", [1, 2]), ("leaf2", [3, 4])], "spine": "spine",
+    },
+    "beta": {
+        "index": 2, "prefix": "bn", "count": 3,
+        "gres": ("gpu", "a100", 4), "devname": "nvidia",
+        "partitions": [("gpu", True, "12:00:00")],
+        "leaves": [("leaf1", [1, 2]), ("leaf2", [3])], "spine": "spine",
+    },
+    "gamma": {
+        # Ascend-style accelerators: a generic gres (no gres plugin in Slurm).
+        "index": 3, "prefix": "gn", "count": 2,
+        "gres": ("npu", "ascend910b", 8), "devname": "davinci",
+        "partitions": [("npu", True, "12:00:00")],
+        "leaves": [("leaf1", [1, 2])], "spine": None,
+    },
+}
+NODE_CPUS = 4
+NODE_MEM_MB = 4000
+
+
+class DevClusterError(Exception):
+    pass
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Cluster description
+# --------------------------------------------------------------------------
+
+def hostlist(prefix, numbers):
+    """an[1-2] / bn3 / an[1-4] for contiguous or listed numbers."""
+    numbers = sorted(numbers)
+    if len(numbers) == 1:
+        return "%s%d" % (prefix, numbers[0])
+    ranges, start, prev = [], numbers[0], numbers[0]
+    for n in numbers[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        ranges.append(str(start) if start == prev else "%d-%d" % (start, prev))
+        if n is not None:
+            start = prev = n
+    return "%s[%s]" % (prefix, ",".join(ranges))
+
+
+class Cluster:
+    def __init__(self, name):
+        spec = SPECS[name]
+        self.name = name
+        self.spec = spec
+        k = spec["index"]
+        self.k = k
+        self.dir = STATE / name
+        self.etc = self.dir / "etc"
+        self.slurm_conf = self.etc / "slurm.conf"
+        self.gres_conf = self.etc / "gres.conf"
+        self.topology_conf = self.etc / "topology.conf"
+        self.munge_dir = self.dir / "munge"
+        self.munge_key = self.munge_dir / "munge.key"
+        self.munge_socket = self.munge_dir / "munge.socket"
+        self.ctld_dir = self.dir / "ctld"
+        self.slurmd_dir = self.dir / "slurmd"
+        self.dev_dir = self.dir / "dev"
+        self.sshd_dir = self.dir / "sshd"
+        self.out_dir = self.dir / "out"
+        self.sshd_config = self.sshd_dir / "sshd_config"
+        self.host_key = self.sshd_dir / "ssh_host_ed25519_key"
+        self.host_key_orig = self.sshd_dir / "ssh_host_ed25519_key.orig"
+        self.authorized_keys = self.sshd_dir / "authorized_keys"
+        self.ctld_addr = "127.0.%d.1" % k
+        self.ctld_port = 17017 + 100 * k
+        self.login_host = "127.0.%d.2" % k
+        self.login_port = LOGIN_PORT
+        self.srun_ports = (17050 + 100 * k, 17099 + 100 * k)
+        self.numbers = list(range(1, spec["count"] + 1))
+        self.nodes = ["%s%d" % (spec["prefix"], i) for i in self.numbers]
+        self.nodelist = hostlist(spec["prefix"], self.numbers)
+        self.gres_name, self.gres_type, self.gres_count = spec["gres"]
+        self.gres = "%s:%s:%d" % spec["gres"]
+
+    def node_addr(self, i):
+        return "127.0.%d.%d" % (self.k, 10 + i)
+
+    def node_port(self, i):
+        return 17020 + 100 * self.k + i
+
+    def env(self):
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
+            env.pop(var, None)
+        return env
+
+    # ---- daemons ---------------------------------------------------------
+    def munged(self):
+        m = self.munge_dir
+        return Daemon(self, "munged", "munged", [
+            "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
+            "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
+            "--seed-file=%s" % (m / "munged.seed"), "-f",
+        ], m / "munged.pid", str(self.munge_socket), m / "munged.log")
+
+    def slurmctld(self):
+        return Daemon(self, "slurmctld", "slurmctld",
+                      ["slurmctld", "-f", str(self.slurm_conf), "-i"],
+                      self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
+                      self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
+
+    def slurmd(self, node):
+        return Daemon(self, "slurmd " + node, "slurmd",
+                      ["slurmd", "-f", str(self.slurm_conf), "-N", node],
+                      self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
+                      self.slurmd_dir / ("slurmd.%s.log" % node), node=node,
+                      uts_hostname=self.node_addr(self.nodes.index(node) + 1))
+
+    def sshd(self):
+        return Daemon(self, "sshd", "sshd",
+                      [SSHD, "-f", str(self.sshd_config), "-E", str(self.sshd_dir / "sshd.log")],
+                      self.sshd_dir / "sshd.pid", str(self.sshd_config),
+                      self.sshd_dir / "sshd.log", uts_hostname=JOB_HOSTNAME)
+
+    def daemons(self):
+        return [self.munged(), self.slurmctld()] + [self.slurmd(n) for n in self.nodes] + [self.sshd()]
+
+    # ---- config files ----------------------------------------------------
+    def render_slurm_conf(self):
+        s = self.spec
+        lines = [
+            "# Generated by devcluster/devcluster.py -- do not edit; rewritten by 'up'.",
+            "ClusterName=%s" % self.name,
+            # slurmctld runs with hostname == its address (see Daemon), so the
+            # controller name is the numeric address itself.
+            "SlurmctldHost=%s" % self.ctld_addr,
+            "SlurmctldPort=%d" % self.ctld_port,
+            "SlurmdPort=%d" % self.node_port(1),
+            "SrunPortRange=%d-%d" % self.srun_ports,
+            # NoInAddrAny covers slurmd/srun/...; slurmctld needs its own flag.
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            "AuthInfo=socket=%s" % self.munge_socket,
+            "StateSaveLocation=%s" % (self.ctld_dir / "state"),
+            "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
+            "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),
+            "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
+            "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
+            "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            # The machine has fewer CPUs/less memory than the nodes claim.
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=%d" % (NODE_MEM_MB // NODE_CPUS),
+            "TopologyPlugin=topology/tree",
+            "GresTypes=%s" % self.gres_name,
+            "MpiDefault=none",
+            "PropagateResourceLimits=NONE",
+            "ReturnToService=2",
+            # No slurmdbd: keep finished jobs visible to squeue/scontrol for an hour.
+            "MinJobAge=3600",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=5",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=30",
+            "MessageTimeout=10",
+            "InactiveLimit=0",
+            "KillWait=5",
+            "Waittime=0",
+            "MailProg=/bin/true",
+            "",
+        ]
+        for i, node in zip(self.numbers, self.nodes):
+            lines.append(
+                "NodeName=%s NodeAddr=%s NodeHostname=%s Port=%d CPUs=%d "
+                "RealMemory=%d Gres=%s State=UNKNOWN"
+                % (node, self.node_addr(i), self.node_addr(i), self.node_port(i), NODE_CPUS,
+                   NODE_MEM_MB, self.gres))
+        lines.append("")
+        for part, default, maxtime in s["partitions"]:
+            lines.append("PartitionName=%s Nodes=%s Default=%s MaxTime=%s State=UP"
+                         % (part, self.nodelist, "YES" if default else "NO", maxtime))
+        return "\n".join(lines) + "\n"
+
+    def render_gres_conf(self):
+        dev = "%s/%s[0-%d]" % (self.dev_dir, self.spec["devname"], self.gres_count - 1)
+        return ("# Generated by devcluster.py\nNodeName=%s Name=%s Type=%s File=%s\n"
+                % (self.nodelist, self.gres_name, self.gres_type, dev))
+
+    def render_topology_conf(self):
+        lines = ["# Generated by devcluster.py"]
+        for leaf, nums in self.spec["leaves"]:
+            lines.append("SwitchName=%s Nodes=%s" % (leaf, hostlist(self.spec["prefix"], nums)))
+        if self.spec["spine"]:
+            lines.append("SwitchName=%s Switches=%s" % (
+                self.spec["spine"], ",".join(leaf for leaf, _ in self.spec["leaves"])))
+        return "\n".join(lines) + "\n"
+
+    def render_sshd_config(self):
+        return "\n".join([
+            "# Generated by devcluster.py: login node of cluster %s" % self.name,
+            "ListenAddress %s:%d" % (self.login_host, self.login_port),
+            "AddressFamily inet",
+            "HostKey %s" % self.host_key,
+            "PidFile %s" % (self.sshd_dir / "sshd.pid"),
+            "UsePAM no",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "AuthorizedKeysFile %s" % self.authorized_keys,
+            "AllowAgentForwarding no",
+            "AllowTcpForwarding yes",
+            "X11Forwarding no",
+            "StrictModes no",
+            "UseDNS no",
+            "PrintMotd no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            "LogLevel VERBOSE",
+            "SetEnv SLURM_CONF=%s" % self.slurm_conf,
+            "Subsystem sftp internal-sftp",
+            "",
+        ])
+
+    def describe(self):
+        d = {
+            "name": self.name,
+            "index": self.k,
+            "slurm_conf": str(self.slurm_conf),
+            "gres_conf": str(self.gres_conf),
+            "topology_conf": str(self.topology_conf),
+            "state_dir": str(self.dir),
+            "munge_socket": str(self.munge_socket),
+            "ctld": {"addr": self.ctld_addr, "port": self.ctld_port,
+                     "pid_file": str(self.ctld_dir / "slurmctld.pid"),
+                     "log": str(self.ctld_dir / "slurmctld.log"),
+                     "pid": self.slurmctld().pid()},
+            "srun_port_range": list(self.srun_ports),
+            "nodelist": self.nodelist,
+            "node_names": list(self.nodes),
+            "nodes": {},
+            "gres": {"name": self.gres_name, "type": self.gres_type, "count": self.gres_count,
+                     "spec": self.gres, "device_dir": str(self.dev_dir)},
+            "cpus_per_node": NODE_CPUS,
+            "memory_mb_per_node": NODE_MEM_MB,
+            "partitions": [{"name": p, "default": dflt, "max_time": mt}
+                           for p, dflt, mt in self.spec["partitions"]],
+            "default_partition": [p for p, dflt, _ in self.spec["partitions"] if dflt][0],
+            "topology": {"leaves": {leaf: hostlist(self.spec["prefix"], nums)
+                                    for leaf, nums in self.spec["leaves"]},
+                         "spine": self.spec["spine"]},
+            "login": {"host": self.login_host, "port": self.login_port, "user": "root",
+                      "sshd_config": str(self.sshd_config),
+                      "host_key": str(self.host_key),
+                      "host_key_pub": str(self.host_key) + ".pub",
+                      "sshd_pid_file": str(self.sshd_dir / "sshd.pid"),
+                      "sshd_log": str(self.sshd_dir / "sshd.log"),
+                      "sshd_pid": self.sshd().pid()},
+        }
+        for i, node in zip(self.numbers, self.nodes):
+            d["nodes"][node] = {"addr": self.node_addr(i), "port": self.node_port(i),
+                                "log": str(self.slurmd_dir / ("slurmd.%s.log" % node)),
+                                "pid_file": str(self.slurmd_dir / ("slurmd.%s.pid" % node))}
+        return d
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+def read_pid(pidfile):
+    try:
+        return int(Path(pidfile).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_comm(pid):
+    try:
+        return Path("/proc/%d/comm" % pid).read_text().strip()
+    except OSError:
+        return None
+
+
+def proc_cmdline(pid):
+    try:
+        return Path("/proc/%d/cmdline" % pid).read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is not alive for our purposes.
+    try:
+        fields = Path("/proc/%d/stat" % pid).read_text()
+        return fields.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def tail(path, n=25):
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no %s)" % path
+    return "\n".join("    " + line for line in lines[-n:])
+
+
+class Daemon:
+    def __init__(self, cluster, label, comm, argv, pidfile, ident, log, node=None, uts_hostname=None):
+        self.cluster = cluster
+        self.label = label
+        self.comm = comm
+        self.argv = argv
+        if uts_hostname:
+            # Run in a private UTS namespace with this hostname (see the module
+            # docstring, "Why UTS namespaces").
+            self.argv = ["unshare", "--uts", "--", "sh", "-c",
+                         'echo "$0" > /proc/sys/kernel/hostname && exec "$@"',
+                         uts_hostname] + list(argv)
+        self.pidfile = Path(pidfile)
+        self.ident = ident
+        self.log = Path(log)
+        self.node = node
+        self.out = cluster.out_dir / ("%s.out" % label.replace(" ", "."))
+
+    def is_ours(self, pid):
+        """pid is a live process of our program started with our config."""
+        if not pid or not pid_alive(pid):
+            return False
+        comm = proc_comm(pid)
+        if comm is None or comm != self.comm[:15]:
+            return False
+        cmd = proc_cmdline(pid)
+        if self.ident not in cmd:
+            return False
+        if self.node and ("-N %s" % self.node) not in cmd:
+            return False
+        return True
+
+    def pid(self):
+        pid = read_pid(self.pidfile)
+        return pid if self.is_ours(pid) else None
+
+    def start(self, timeout=20.0):
+        pid = self.pid()
+        if pid:
+            return pid, False
+        if self.pidfile.exists():
+            self.pidfile.unlink()
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.pop("SLURM_CONF", None)
+        with open(self.out, "w") as out:
+            try:
+                proc = subprocess.run(self.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                                      start_new_session=True)
+            except subprocess.TimeoutExpired:
+                raise DevClusterError("%s: %s did not daemonize within %ds\n%s"
+                                      % (self.cluster.name, self.label, timeout, tail(self.out)))
+        if proc.returncode != 0:
+            raise DevClusterError("%s: %s exited %d: %s\n%s\n  log %s:\n%s" % (
+                self.cluster.name, self.label, proc.returncode, " ".join(self.argv),
+                tail(self.out), self.log, tail(self.log)))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.pid()
+            if pid:
+                return pid, True
+            time.sleep(0.1)
+        raise DevClusterError("%s: %s started but no live process in %s after %ds\n%s\n  log %s:\n%s"
+                              % (self.cluster.name, self.label, self.pidfile, timeout,
+                                 tail(self.out), self.log, tail(self.log)))
+
+    def stop(self, timeout=20.0):
+        """Stop the recorded process if it is ours; returns its pid or None."""
+        raw = read_pid(self.pidfile)
+        pid = raw if self.is_ours(raw) else None
+        if pid is None:
+            if raw and pid_alive(raw):
+                say("  %s: %s: pid file %s names pid %d (%s), not ours -- left alone"
+                    % (self.cluster.name, self.label, self.pidfile, raw, proc_comm(raw)))
+            if self.pidfile.exists():
+                self.pidfile.unlink()
+            return None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.is_ours(pid):
+            time.sleep(0.1)
+        if self.is_ours(pid):
+            say("  %s: %s (pid %d) ignored SIGTERM for %ds, sending SIGKILL"
+                % (self.cluster.name, self.label, pid, timeout))
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and self.is_ours(pid):
+                time.sleep(0.1)
+            if self.is_ours(pid):
+                raise DevClusterError("%s: %s (pid %d) survived SIGKILL" % (self.cluster.name, self.label, pid))
+        if self.pidfile.exists() and read_pid(self.pidfile) == pid:
+            self.pidfile.unlink()
+        return pid
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+def run(argv, env=None, check=True, timeout=60):
+    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise DevClusterError("%s failed (%d): %s%s" % (" ".join(map(str, argv)), proc.returncode,
+                                                       proc.stdout, proc.stderr))
+    return proc
+
+
+def write_if_changed(path, text, mode=0o644):
+    path = Path(path)
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True
+
+
+def need_programs():
+    missing = [p for p in ("unshare", "nsenter", "slurmctld", "slurmd", "munged", "mungekey", "scontrol", "sinfo",
+                           "ssh-keygen", "ssh") if shutil.which(p) is None]
+    if not os.path.exists(SSHD):
+        missing.append(SSHD)
+    if missing:
+        raise DevClusterError("missing programs: %s (run: make install-system)" % " ".join(missing))
+    if os.geteuid() != 0:
+        raise DevClusterError("devcluster must run as root (SlurmUser=root, sshd on loopback)")
+
+
+def check_path_lengths(cluster):
+    # Unix socket paths are limited to 107 bytes (munge socket, slurmstepd sockets).
+    longest = len(str(cluster.slurmd_dir / cluster.nodes[0] / (cluster.nodes[0] + "_4294967294.4294967294")))
+    if longest > 107 or len(str(cluster.munge_socket)) > 100:
+        raise DevClusterError("state dir %s is too deep for unix socket paths; set DEVCLUSTER_STATE "
+                              "to a shorter directory" % STATE)
+
+
+def ssh_keygen(path, comment):
+    path = Path(path)
+    if path.exists() and Path(str(path) + ".pub").exists():
+        return False
+    for p in (path, Path(str(path) + ".pub")):
+        if p.exists():
+            p.unlink()
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return True
+
+
+def pubkey(path):
+    return Path(str(path) + ".pub").read_text().split()[:2]
+
+
+# --------------------------------------------------------------------------
+# Preparing files
+# --------------------------------------------------------------------------
+
+def prepare_common():
+    STATE.mkdir(parents=True, exist_ok=True)
+    SSH_DIR.mkdir(mode=0o700, exist_ok=True)
+    if ssh_keygen(CLIENT_KEY, "devcluster-client"):
+        say("ssh: generated client key %s" % CLIENT_KEY)
+    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)  # privilege separation dir
+
+
+def prepare_cluster(c):
+    """Create directories, keys and config files.
+
+    Returns (slurm configs changed, sshd must be restarted)."""
+    check_path_lengths(c)
+    for d in (c.etc, c.ctld_dir / "state", c.slurmd_dir, c.dev_dir, c.out_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    for n in c.nodes:
+        (c.slurmd_dir / n).mkdir(exist_ok=True)
+    c.munge_dir.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(c.munge_dir, 0o700)
+    c.sshd_dir.mkdir(mode=0o700, exist_ok=True)
+    for i in range(c.gres_count):
+        make_fake_device(c.dev_dir / ("%s%d" % (c.spec["devname"], i)))
+    if not c.munge_key.exists():
+        run(["mungekey", "-c", "-k", str(c.munge_key)])
+        os.chmod(c.munge_key, 0o600)
+        say("%s: generated munge key" % c.name)
+    changed = False
+    changed |= write_if_changed(c.slurm_conf, c.render_slurm_conf())
+    changed |= write_if_changed(c.gres_conf, c.render_gres_conf())
+    changed |= write_if_changed(c.topology_conf, c.render_topology_conf())
+    # Login node.  A host key left aside by rekey-sshd is put back (and the
+    # sshd restarted by the caller), so known_hosts matches again.
+    restored = False
+    if c.host_key_orig.exists():
+        restore_key_files(c)
+        restored = True
+    if ssh_keygen(c.host_key, "devcluster-%s-login" % c.name):
+        say("%s: generated login host key" % c.name)
+    write_if_changed(c.authorized_keys, Path(str(CLIENT_KEY) + ".pub").read_text(), 0o600)
+    sshd_changed = write_if_changed(c.sshd_config, c.render_sshd_config(), 0o600)
+    return changed, sshd_changed or restored
+
+
+def make_fake_device(path):
+    """A character device aliasing /dev/null (1:3): slurmd rejects gres.conf
+    File= entries that are not char/block devices ("... is not a valid
+    character or block device, fix your gres.conf") and then sets no
+    CUDA_VISIBLE_DEVICES."""
+    try:
+        st = os.lstat(str(path))
+        if stat.S_ISCHR(st.st_mode):
+            return
+        os.unlink(str(path))
+    except FileNotFoundError:
+        pass
+    try:
+        os.mknod(str(path), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as e:
+        say("warning: mknod %s failed (%s); using a plain file" % (path, e))
+        Path(path).touch()
+
+
+def restore_key_files(c):
+    for suffix in ("", ".pub"):
+        os.replace(str(c.host_key_orig) + suffix, str(c.host_key) + suffix)
+    say("%s: restored original login host key" % c.name)
+
+
+def write_known_hosts(clusters):
+    lines = []
+    for c in clusters:
+        if not Path(str(c.host_key) + ".pub").exists() and not c.host_key_orig.exists():
+            continue  # never brought up
+        kt, key = pubkey(c.host_key_orig if c.host_key_orig.exists() else c.host_key)
+        lines.append("[%s]:%d %s %s" % (c.login_host, c.login_port, kt, key))
+    write_if_changed(KNOWN_HOSTS, "\n".join(lines) + "\n", 0o600)
+    cfg = ["# ssh -F %s alpha   (generated by devcluster.py)" % SSH_CONFIG]
+    for c in clusters:
+        cfg += ["Host %s %s-login" % (c.name, c.name),
+                "    HostName %s" % c.login_host,
+                "    Port %d" % c.login_port,
+                "    User root",
+                "    IdentityFile %s" % CLIENT_KEY,
+                "    IdentitiesOnly yes",
+                "    UserKnownHostsFile %s" % KNOWN_HOSTS,
+                "    StrictHostKeyChecking yes",
+                "    BatchMode yes", ""]
+    write_if_changed(SSH_CONFIG, "\n".join(cfg), 0o600)
+
+
+def write_clusters_json():
+    all_clusters = [Cluster(n) for n in SPECS]
+    data = {
+        "version": 1,
+        "repo": str(REPO),
+        "state_dir": str(STATE),
+        "script": str(Path(__file__).resolve()),
+        "ssh": {"identity": str(CLIENT_KEY), "public_key": str(CLIENT_KEY) + ".pub",
+                "known_hosts": str(KNOWN_HOSTS), "config": str(SSH_CONFIG), "user": "root"},
+        "default_cluster": "alpha",
+        "clusters": {c.name: c.describe() for c in all_clusters},
+    }
+    write_if_changed(CLUSTERS_JSON, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# --------------------------------------------------------------------------
+# Slurm queries
+# --------------------------------------------------------------------------
+
+def ctld_up(c):
+    try:
+        p = run(["scontrol", "ping"], env=c.env(), check=False, timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return p.returncode == 0 and "is UP" in p.stdout
+
+
+def wait_ctld(c, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ctld_up(c):
+            return
+        if not c.slurmctld().pid():
+            break
+        time.sleep(0.3)
+    raise DevClusterError("%s: slurmctld not answering on %s:%d\n  %s:\n%s" % (
+        c.name, c.ctld_addr, c.ctld_port, c.ctld_dir / "slurmctld.log", tail(c.ctld_dir / "slurmctld.log")))
+
+
+def node_states(c):
+    """{node: state} as sinfo's long state (idle, down*, drained, mixed, ...)."""
+    p = run(["sinfo", "-h", "-N", "-o", "%N %T"], env=c.env(), check=False, timeout=15)
+    states = {}
+    if p.returncode != 0:
+        return states
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1].lower()
+    return states
+
+
+READY_STATES = ("idle", "mixed", "allocated", "completing")
+
+
+def wait_idle(clusters, timeout=WAIT_IDLE_S):
+    """Wait until every node of every cluster is idle; resume DOWN/DRAIN nodes.
+
+    Nodes busy with somebody's running job (mixed/allocated/completing, and
+    responding) are accepted after 10 s: the cluster is healthy, just in use
+    (the clusters are shared by concurrent test sessions)."""
+    start = time.monotonic()
+    deadline = start + timeout
+    last_resume = {}
+    pending = {}
+    while True:
+        pending = {}
+        busy_only = True
+        for c in clusters:
+            states = node_states(c)
+            for node in c.nodes:
+                st = states.get(node, "unknown")
+                if st == "idle":
+                    continue
+                pending[(c.name, node)] = st
+                if st not in READY_STATES:
+                    busy_only = False
+                base = st.rstrip("*~#!%$@^-")
+                if ("down" in base or "drain" in base or "fail" in base) and \
+                        time.monotonic() - last_resume.get((c.name, node), -99) > 5:
+                    last_resume[(c.name, node)] = time.monotonic()
+                    p = run(["scontrol", "update", "NodeName=%s" % node, "State=RESUME"],
+                            env=c.env(), check=False)
+                    say("%s: %s was %s -> resume%s" % (c.name, node, st,
+                                                      "" if p.returncode == 0 else " (%s)" % p.stderr.strip()))
+        if not pending:
+            return
+        if busy_only and time.monotonic() - start > min(10.0, timeout / 2):
+            say("nodes busy with running jobs (ok): %s" % ", ".join(
+                "%s/%s=%s" % (cn, n, st) for (cn, n), st in sorted(pending.items())))
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    msg = ["nodes not idle after %ds: %s" % (timeout, ", ".join(
+        "%s/%s=%s" % (cn, n, st) for (cn, n), st in sorted(pending.items())))]
+    seen = set()
+    for (cn, n), _ in sorted(pending.items()):
+        c = Cluster(cn)
+        if cn not in seen:
+            seen.add(cn)
+            msg.append("  %s:\n%s" % (c.ctld_dir / "slurmctld.log", tail(c.ctld_dir / "slurmctld.log", 15)))
+        d = c.slurmd(n)
+        msg.append("  %s:\n%s" % (d.log, tail(d.log, 10)))
+    raise DevClusterError("\n".join(msg))
+
+
+def live_job_ids(c):
+    p = run(["squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING", "-o", "%A"],
+            env=c.env(), check=False, timeout=15)
+    return [j for j in p.stdout.split() if j.strip()] if p.returncode == 0 else []
+
+
+def listeners():
+    """[(proto, local_addr, port, pid, comm)] from ss."""
+    p = run(["ss", "-H", "-ltunp"], check=False)
+    out = []
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 5:
+            continue
+        proto, local = parts[0], parts[4]
+        addr, _, port = local.rpartition(":")
+        rest = " ".join(parts[5:])
+        for chunk in rest.split("((")[1:] if "users:" in rest else []:
+            for proc in chunk.split("),("):
+                fields = proc.strip("()").split(",")
+                comm = fields[0].strip('"')
+                pid = None
+                for f in fields[1:]:
+                    if f.startswith("pid="):
+                        pid = int(f[4:])
+                out.append((proto, addr, port, pid, comm))
+        if "users:" not in rest:
+            out.append((proto, addr, port, None, None))
+    return out
+
+
+def check_listeners(clusters):
+    ours = {}
+    for c in clusters:
+        for d in c.daemons():
+            pid = d.pid()
+            if pid:
+                ours[pid] = "%s/%s" % (c.name, d.label)
+    bad, good = [], 0
+    for proto, addr, port, pid, comm in listeners():
+        if pid in ours or comm in ("slurmctld", "slurmd", "slurmstepd", "srun", "munged"):
+            a = addr.strip("[]").split("%")[0]
+            if a.startswith("127."):
+                good += 1
+            else:
+                bad.append("%s %s:%s %s" % (proto, addr, port, ours.get(pid, comm)))
+    if bad:
+        raise DevClusterError("daemons listening outside loopback: " + "; ".join(bad))
+    say("listeners: %d sockets (slurmctld, slurmd, srun, sshd), all on 127.0.0.0/8" % good)
+
+
+# --------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------
+
+def check_host_srun():
+    host = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        addr = None
+    if addr != "127.0.0.1":
+        say("warning: this machine's hostname %r resolves to %s, not 127.0.0.1: srun run directly "
+            "here will listen there and its tasks' I/O cannot connect back; use sbatch, or srun "
+            "inside a job or on a login node (ssh)" % (host, addr))
+
+
+def start_daemon(d):
+    pid, started = d.start()
+    say("%s: %-11s %s (pid %d)" % (d.cluster.name, d.label, "started" if started else "running", pid))
+    return started
+
+
+def up_munge(c):
+    start_daemon(c.munged())
+    p = subprocess.run("munge -n -S %s | unmunge -S %s" % ((shlex.quote(str(c.munge_socket)),) * 2),
+                       shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        raise DevClusterError("%s: munge round trip failed: %s" % (c.name, p.stdout))
+
+
+def up_ctld(c):
+    start_daemon(c.slurmctld())
+    wait_ctld(c)
+
+
+def up_slurmds(c):
+    for i, n in zip(c.numbers, c.nodes):
+        d = c.slurmd(n)
+        start_daemon(d)
+        # slurmd has bound NodeAddr:Port once it accepts connections; from then
+        # on its namespace's hostname only matters to jobs (srun binds to it).
+        wait_port(c.node_addr(i), c.node_port(i), "%s slurmd %s" % (c.name, n))
+        set_uts_hostname(d.pid(), JOB_HOSTNAME)
+
+
+def set_uts_hostname(pid, name):
+    """Rename the private UTS namespace of pid (never the machine's own)."""
+    try:
+        theirs = os.readlink("/proc/%d/ns/uts" % pid)
+        mine = os.readlink("/proc/self/ns/uts")
+    except OSError as e:
+        raise DevClusterError("cannot inspect UTS namespace of pid %s: %s" % (pid, e))
+    try:
+        init = os.readlink("/proc/1/ns/uts")
+    except OSError:
+        init = mine
+    if theirs in (mine, init):
+        raise DevClusterError("pid %d shares this machine's UTS namespace; refusing to rename it "
+                              "(stop it with 'down' and run 'up')" % pid)
+    run(["nsenter", "--target", str(pid), "--uts", "--", "sh", "-c",
+         'echo "$0" > /proc/sys/kernel/hostname', name])
+
+
+def up_sshd(c):
+    d = c.sshd()
+    if not d.pid():
+        p = run([SSHD, "-t", "-f", str(c.sshd_config)], check=False)
+        if p.returncode != 0:
+            raise DevClusterError("%s: sshd config test failed: %s" % (c.name, p.stdout + p.stderr))
+    start_daemon(d)
+    wait_port(c.login_host, c.login_port, "%s sshd" % c.name)
+
+
+def is_listening(host, port):
+    """A TCP listener on host:port exists (read from /proc/net/tcp, so that no
+    probe connection shows up as an error in the daemon's log)."""
+    want = "%s:%04X" % ("".join("%02X" % int(o) for o in reversed(host.split("."))), port)
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                parts = line.split()
+                if len(parts) > 3 and parts[1] == want and parts[3] == "0A":
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def wait_port(host, port, what, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if is_listening(host, port):
+            return
+        time.sleep(0.1)
+    raise DevClusterError("%s not listening on %s:%d after %ds" % (what, host, port, timeout))
+
+
+def cmd_up(names):
+    need_programs()
+    t0 = time.monotonic()
+    clusters = [Cluster(n) for n in names]
+    prepare_common()
+    changed = {}
+    for c in clusters:
+        changed[c.name] = prepare_cluster(c)
+    write_known_hosts([Cluster(n) for n in SPECS])
+    for c in clusters:
+        conf_changed, sshd_changed = changed[c.name]
+        if conf_changed:
+            running = [d for d in [c.slurmctld()] + [c.slurmd(n) for n in c.nodes] if d.pid()]
+            if running:
+                say("%s: Slurm config changed, restarting slurmctld and slurmds" % c.name)
+                for d in running:
+                    d.stop()
+        if sshd_changed and c.sshd().pid():
+            c.sshd().stop()
+            say("%s: sshd config or host key changed, restarting sshd" % c.name)
+        up_munge(c)
+        up_ctld(c)
+        up_slurmds(c)
+        up_sshd(c)
+    write_clusters_json()
+    wait_idle(clusters)
+    for c in clusters:
+        say("%s: %s up (SLURM_CONF=%s)" % (c.name, c.nodelist, c.slurm_conf))
+    check_listeners(clusters)
+    check_host_srun()
+    write_clusters_json()
+    say("up in %.1fs; eval \"$(%s env CLUSTER)\" or ssh -F %s CLUSTER"
+        % (time.monotonic() - t0, os.path.relpath(__file__), os.path.relpath(SSH_CONFIG)))
+
+
+def cmd_down(names):
+    clusters = [Cluster(n) for n in names]
+    for c in clusters:
+        if c.slurmctld().pid() and ctld_up(c):
+            jobs = live_job_ids(c)
+            if jobs:
+                run(["scancel"] + jobs, env=c.env(), check=False)
+                say("%s: cancelled %d live job(s): %s" % (c.name, len(jobs), " ".join(jobs)))
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and live_job_ids(c):
+                    time.sleep(0.5)
+    for c in clusters:
+        for d in [c.sshd()] + [c.slurmd(n) for n in c.nodes] + [c.slurmctld(), c.munged()]:
+            pid = d.stop()
+            if pid:
+                say("%s: %-11s stopped (pid %d)" % (c.name, d.label, pid))
+    if STATE.exists():
+        write_clusters_json()
+    say("down: %s" % " ".join(names))
+
+
+def cmd_status(names):
+    ok = True
+    for c in [Cluster(n) for n in names]:
+        parts = []
+        for d in c.daemons():
+            pid = d.pid()
+            ok &= bool(pid)
+            parts.append("%s=%s" % (d.label.replace("slurmd ", ""), pid or "DOWN"))
+        say("%s: %s" % (c.name, " ".join(parts)))
+        if c.slurmctld().pid() and ctld_up(c):
+            states = node_states(c)
+            say("%s: ctld %s:%d  login %s:%d  nodes %s" % (
+                c.name, c.ctld_addr, c.ctld_port, c.login_host, c.login_port,
+                " ".join("%s=%s" % (n, states.get(n, "?")) for n in c.nodes)))
+        else:
+            say("%s: slurmctld not answering" % c.name)
+            ok = False
+    return 0 if ok else 1
+
+
+def cmd_env(name):
+    c = Cluster(name)
+    print("export SLURM_CONF=%s" % shlex.quote(str(c.slurm_conf)))
+
+
+def cmd_one(action, name):
+    c = Cluster(name)
+    if action == "down-ctld":
+        pid = c.slurmctld().stop()
+        say("%s: slurmctld %s" % (name, "stopped (pid %d)" % pid if pid else "was not running"))
+    elif action == "up-ctld":
+        need_programs()
+        up_munge(c)
+        up_ctld(c)
+        wait_idle([c])
+    elif action == "down-sshd":
+        pid = c.sshd().stop()
+        say("%s: sshd %s" % (name, "stopped (pid %d)" % pid if pid else "was not running"))
+    elif action == "up-sshd":
+        need_programs()
+        up_sshd(c)
+    elif action == "rekey-sshd":
+        need_programs()
+        if not c.host_key_orig.exists():
+            for suffix in ("", ".pub"):
+                os.replace(str(c.host_key) + suffix, str(c.host_key_orig) + suffix)
+        else:
+            for suffix in ("", ".pub"):
+                p = Path(str(c.host_key) + suffix)
+                if p.exists():
+                    p.unlink()
+        ssh_keygen(c.host_key, "devcluster-%s-login-rekeyed" % c.name)
+        c.sshd().stop()
+        up_sshd(c)
+        say("%s: login host key replaced (known_hosts unchanged; restore-sshd-key %s to undo)"
+            % (name, name))
+    elif action == "restore-sshd-key":
+        need_programs()
+        if c.host_key_orig.exists():
+            restore_key_files(c)
+            c.sshd().stop()
+        else:
+            say("%s: host key is already the original" % name)
+        up_sshd(c)
+    write_clusters_json()
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+    for cmd, hlp in (("up", "start everything not running, wait until all nodes are idle"),
+                     ("down", "stop everything devcluster started"),
+                     ("status", "show daemons and node states")):
+        p = sub.add_parser(cmd, help=hlp)
+        p.add_argument("clusters", nargs="*", metavar="CLUSTER",
+                       help="any of %s (default: all)" % ", ".join(SPECS))
+    p = sub.add_parser("env", help="print export SLURM_CONF=... for eval")
+    p.add_argument("cluster", nargs="?", default="alpha", choices=list(SPECS))
+    for cmd, hlp in (("up-ctld", "start one cluster's slurmctld (and its munged)"),
+                     ("down-ctld", "stop one cluster's slurmctld"),
+                     ("up-sshd", "start one login node's sshd"),
+                     ("down-sshd", "stop one login node's sshd"),
+                     ("rekey-sshd", "new login host key, old kept aside; known_hosts unchanged"),
+                     ("restore-sshd-key", "put the original login host key back")):
+        p = sub.add_parser(cmd, help=hlp)
+        p.add_argument("cluster", choices=list(SPECS))
+    args = ap.parse_args(argv)
+
+    if args.cmd == "env":
+        cmd_env(args.cluster)
+        return 0
+    names = getattr(args, "clusters", None) or list(SPECS)
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        ap.error("unknown cluster(s) %s; choose from %s" % (", ".join(unknown), ", ".join(SPECS)))
+    STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if args.cmd == "up":
+                cmd_up(names)
+                return 0
+            if args.cmd == "down":
+                cmd_down(names)
+                return 0
+            if args.cmd == "status":
+                return cmd_status(names)
+            return cmd_one(args.cmd, args.cluster)
+        except DevClusterError as e:
+            print("devcluster: error: %s" % e, file=sys.stderr, flush=True)
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

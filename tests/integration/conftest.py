@@ -1,0 +1,360 @@
+"""Fixtures for tests against the throwaway local Slurm clusters.
+
+Start them first with ``make cluster-up`` (devcluster/devcluster.py up); they
+are described by ``.devcluster/clusters.json``.  Every test in this directory
+is marked ``integration`` automatically (deselect with ``-m "not integration"``).
+
+Fixtures:
+  devcluster          (session) a :class:`DevCluster`: ``.clusters[name]`` is a
+                      :class:`ClusterInfo` (slurm_conf, env, login host/port,
+                      identity, known_hosts, nodes ...); ``.slurm()``,
+                      ``.wait_job_state()``, ``.ssh_argv()`` helpers.
+  devcluster_control  (function) stop/start a login sshd or a slurmctld,
+                      rekey/restore a login host key through devcluster.py;
+                      whatever a test changed is undone at teardown, even when
+                      the test fails.
+
+The same helpers exist as module functions (``slurm``, ``wait_job_state``,
+``sbatch``, ``ssh_argv``) for use outside fixtures.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (REPO / ".devcluster"))
+CLUSTERS_JSON = STATE / "clusters.json"
+DEVCLUSTER = REPO / "devcluster" / "devcluster.py"
+HINT = "run `make cluster-up` (or: python3 devcluster/devcluster.py up)"
+
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
+
+
+# --------------------------------------------------------------------------
+# pytest hooks
+# --------------------------------------------------------------------------
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "integration: needs the local dev clusters (make cluster-up)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # This hook sees every collected item of the session: mark only ours.
+    for item in items:
+        path = Path(str(getattr(item, "path", None) or item.fspath)).resolve()
+        if HERE == path.parent or HERE in path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+# --------------------------------------------------------------------------
+# Cluster description
+# --------------------------------------------------------------------------
+
+@dataclass
+class ClusterInfo:
+    name: str
+    slurm_conf: str
+    env: Dict[str, str]
+    nodes: List[str]
+    nodelist: str
+    login_host: str
+    login_port: int
+    login_user: str
+    identity: str
+    known_hosts: str
+    sshd_log: str
+    raw: dict = field(repr=False)
+
+    @property
+    def login(self):
+        return "%s@%s" % (self.login_user, self.login_host)
+
+
+def _cluster_env(slurm_conf):
+    env = dict(os.environ)
+    env["SLURM_CONF"] = slurm_conf
+    for var in list(env):
+        # Do not let a surrounding job/allocation leak into commands.
+        if var.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) and var != "SLURM_CONF":
+            del env[var]
+    return env
+
+
+def load_clusters(path=CLUSTERS_JSON) -> Dict[str, ClusterInfo]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise RuntimeError("%s does not exist: the dev clusters are not set up; %s" % (path, HINT))
+    ssh = data["ssh"]
+    out = {}
+    for name, c in data["clusters"].items():
+        out[name] = ClusterInfo(
+            name=name, slurm_conf=c["slurm_conf"], env=_cluster_env(c["slurm_conf"]),
+            nodes=list(c["node_names"]), nodelist=c["nodelist"],
+            login_host=c["login"]["host"], login_port=int(c["login"]["port"]),
+            login_user=c["login"].get("user", "root"),
+            identity=ssh["identity"], known_hosts=ssh["known_hosts"],
+            sshd_log=c["login"]["sshd_log"], raw=c)
+    return out
+
+
+_CACHE = {}
+
+
+def _clusters() -> Dict[str, ClusterInfo]:
+    if "clusters" not in _CACHE:
+        _CACHE["clusters"] = load_clusters()
+    return _CACHE["clusters"]
+
+
+def _info(cluster) -> ClusterInfo:
+    if isinstance(cluster, ClusterInfo):
+        return cluster
+    return _clusters()[cluster]
+
+
+# --------------------------------------------------------------------------
+# Helpers (module functions; DevCluster exposes the same as methods)
+# --------------------------------------------------------------------------
+
+def slurm(cluster, *argv, check=True, timeout=60, input=None, cwd=None):
+    """Run a Slurm command (``sinfo``, ``sbatch`` ...) against ``cluster``.
+
+    Returns the CompletedProcess (text); raises AssertionError with the
+    output when ``check`` and the command fails."""
+    info = _info(cluster)
+    argv = [str(a) for a in argv]
+    proc = subprocess.run(argv, env=info.env, input=input, cwd=cwd, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+    if check and proc.returncode != 0:
+        raise AssertionError("[%s] %s -> exit %d\nstdout: %s\nstderr: %s" % (
+            info.name, " ".join(argv), proc.returncode, proc.stdout, proc.stderr))
+    return proc
+
+
+def sbatch(cluster, *argv, cwd=None):
+    """sbatch --parsable ARGV...; returns the job id (str)."""
+    out = slurm(cluster, "sbatch", "--parsable", *argv, cwd=cwd).stdout.strip()
+    return out.split(";")[0]
+
+
+def job_info(cluster, jobid, details=False) -> Dict[str, str]:
+    """``scontrol [-d] show job -o JOBID`` as a dict (empty if unknown)."""
+    argv = ["scontrol"] + (["-d"] if details else []) + ["show", "job", "-o", str(jobid)]
+    proc = slurm(cluster, *argv, check=False)
+    if proc.returncode != 0:
+        return {}
+    fields = {}
+    for token in proc.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    fields["_raw"] = proc.stdout
+    return fields
+
+
+def wait_job_state(cluster, jobid, states, timeout=60.0, interval=1.0):
+    """Poll ``scontrol show job`` (every ``interval`` s) until the job's state
+    is one of ``states``; returns the job_info dict.  Fails early when the job
+    reaches a terminal state that is not wanted."""
+    if isinstance(states, str):
+        states = {states}
+    states = {s.upper() for s in states}
+    deadline = time.monotonic() + timeout
+    info = {}
+    while True:
+        info = job_info(cluster, jobid)
+        state = info.get("JobState")
+        if state in states:
+            return info
+        if state in TERMINAL_STATES:
+            raise AssertionError("job %s on %s ended %s, wanted %s:\n%s" % (
+                jobid, _info(cluster).name, state, sorted(states), info.get("_raw", "")))
+        if time.monotonic() > deadline:
+            raise AssertionError("job %s on %s still %s after %ss, wanted %s:\n%s" % (
+                jobid, _info(cluster).name, state, timeout, sorted(states), info.get("_raw", "")))
+        time.sleep(interval)
+
+
+def ssh_argv(cluster, *remote, known_hosts=None, identity=None, options=()) -> List[str]:
+    """The OpenSSH client command line for the login node of ``cluster``,
+    with strict host key checking against our known_hosts (or ``known_hosts``)."""
+    info = _info(cluster)
+    argv = ["ssh", "-F", "/dev/null",
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "UserKnownHostsFile=%s" % (known_hosts or info.known_hosts),
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "IdentitiesOnly=yes",
+            "-o", "ConnectTimeout=10",
+            "-i", str(identity or info.identity),
+            "-p", str(info.login_port)]
+    for opt in options:
+        argv += ["-o", opt]
+    argv.append(info.login)
+    argv += [str(a) for a in remote]
+    return argv
+
+
+def ssh(cluster, *remote, known_hosts=None, timeout=30, check=False):
+    argv = ssh_argv(cluster, *remote, known_hosts=known_hosts)
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError("%s -> exit %d: %s" % (" ".join(argv), proc.returncode, proc.stderr))
+    return proc
+
+
+def devcluster_cmd(*argv, timeout=120):
+    """Run devcluster.py ARGV...; raises AssertionError with its output on failure."""
+    proc = subprocess.run([sys.executable, str(DEVCLUSTER)] + [str(a) for a in argv],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError("devcluster.py %s failed (%d):\n%s"
+                             % (" ".join(map(str, argv)), proc.returncode, proc.stdout))
+    return proc.stdout
+
+
+def ctld_answers(cluster) -> bool:
+    try:
+        proc = slurm(cluster, "scontrol", "ping", check=False, timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0 and "is UP" in proc.stdout
+
+
+# --------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------
+
+class DevCluster:
+    """What the ``devcluster`` fixture returns."""
+
+    def __init__(self, clusters: Dict[str, ClusterInfo], raw: dict):
+        self.clusters = clusters
+        self.raw = raw
+        self.identity = raw["ssh"]["identity"]
+        self.known_hosts = raw["ssh"]["known_hosts"]
+        self.state_dir = raw["state_dir"]
+
+    def __getitem__(self, name) -> ClusterInfo:
+        return self.clusters[name]
+
+    def names(self) -> Iterable[str]:
+        return list(self.clusters)
+
+    slurm = staticmethod(slurm)
+    sbatch = staticmethod(sbatch)
+    job_info = staticmethod(job_info)
+    wait_job_state = staticmethod(wait_job_state)
+    ssh_argv = staticmethod(ssh_argv)
+    ssh = staticmethod(ssh)
+
+
+@pytest.fixture(scope="session")
+def devcluster() -> DevCluster:
+    if not CLUSTERS_JSON.exists():
+        pytest.fail("%s not found: the local dev clusters are not up; %s" % (CLUSTERS_JSON, HINT),
+                    pytrace=False)
+    raw = json.loads(CLUSTERS_JSON.read_text())
+    clusters = load_clusters()
+    _CACHE["clusters"] = clusters
+    # Tolerate a slurmctld being restarted by a concurrent test for a few seconds.
+    deadline = time.monotonic() + 10
+    down = [c for c in clusters.values() if not ctld_answers(c)]
+    while down and time.monotonic() < deadline:
+        time.sleep(1)
+        down = [c for c in down if not ctld_answers(c)]
+    if down:
+        pytest.fail("slurmctld of %s not answering (SLURM_CONF=%s); %s" % (
+            ", ".join(c.name for c in down), down[0].slurm_conf, HINT), pytrace=False)
+    return DevCluster(clusters, raw)
+
+
+class Control:
+    """Disruptive operations on the dev clusters, each undone at teardown."""
+
+    def __init__(self, dc: DevCluster):
+        self.dc = dc
+        self._undo = []  # (description, callable), undone in reverse order
+
+    def _do(self, action, cluster, undo_action):
+        out = devcluster_cmd(action, cluster)
+        self._undo.append(("%s %s" % (undo_action, cluster), lambda: devcluster_cmd(undo_action, cluster)))
+        return out
+
+    def stop_sshd(self, cluster):
+        return self._do("down-sshd", cluster, "up-sshd")
+
+    def start_sshd(self, cluster):
+        return devcluster_cmd("up-sshd", cluster)
+
+    def stop_ctld(self, cluster):
+        return self._do("down-ctld", cluster, "up-ctld")
+
+    def start_ctld(self, cluster):
+        return devcluster_cmd("up-ctld", cluster)
+
+    def rekey(self, cluster):
+        return self._do("rekey-sshd", cluster, "restore-sshd-key")
+
+    def restore(self, cluster):
+        return devcluster_cmd("restore-sshd-key", cluster)
+
+    @contextlib.contextmanager
+    def sshd_stopped(self, cluster):
+        self.stop_sshd(cluster)
+        try:
+            yield
+        finally:
+            self.start_sshd(cluster)
+
+    @contextlib.contextmanager
+    def ctld_stopped(self, cluster):
+        self.stop_ctld(cluster)
+        try:
+            yield
+        finally:
+            self.start_ctld(cluster)
+
+    @contextlib.contextmanager
+    def rekeyed(self, cluster):
+        self.rekey(cluster)
+        try:
+            yield
+        finally:
+            self.restore(cluster)
+
+    def undo_all(self):
+        errors = []
+        while self._undo:
+            what, fn = self._undo.pop()
+            try:
+                fn()  # the up-*/restore commands are idempotent
+            except Exception as e:  # keep undoing the rest
+                errors.append("%s: %s" % (what, e))
+        if errors:
+            raise AssertionError("devcluster restore failed:\n" + "\n".join(errors))
+
+
+@pytest.fixture
+def devcluster_control(devcluster):
+    ctl = Control(devcluster)
+    try:
+        yield ctl
+    finally:
+        ctl.undo_all()

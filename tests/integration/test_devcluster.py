@@ -1,0 +1,195 @@
+"""The local dev clusters themselves: nodes, partitions, gres, topology, srun
+across nodes, login-node sshd with strict host key checking, loopback-only
+listeners.  Needs ``make cluster-up``.  Jobs are short (``--time=2``)."""
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+EXPECTED = {
+    "alpha": {"nodes": ["an1", "an2", "an3", "an4"], "gres": "gpu:h100:8",
+              "partitions": {"gpu": ("YES", "1-00:00:00"), "cpu": ("NO", "UNLIMITED")}},
+    "beta": {"nodes": ["bn1", "bn2", "bn3"], "gres": "gpu:a100:4",
+             "partitions": {"gpu": ("YES", "12:00:00")}},
+    "gamma": {"nodes": ["gn1", "gn2"], "gres": "npu:ascend910b:8",
+              "partitions": {"npu": ("YES", "12:00:00")}},
+}
+# Healthy: idle, or busy with somebody's job (the clusters are shared by
+# concurrently running test sessions); never down/drained/not responding.
+HEALTHY = {"idle", "mixed", "allocated", "completing"}
+OUR_PROGRAMS = {"slurmctld", "slurmd", "slurmstepd", "srun", "munged"}
+
+
+def scontrol_records(dc, cluster, what):
+    """``scontrol show WHAT -o`` -> list of {key: value} (one per line)."""
+    out = dc.slurm(cluster, "scontrol", "show", what, "-o").stdout
+    records = []
+    for line in out.splitlines():
+        rec = {}
+        for token in line.split():
+            k, sep, v = token.partition("=")
+            if sep:
+                rec.setdefault(k, v)
+        if rec:
+            records.append(rec)
+    return records
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_cluster_nodes_partitions_and_gres(devcluster, name):
+    exp = EXPECTED[name]
+    assert devcluster[name].nodes == exp["nodes"]
+    nodes = {r["NodeName"]: r for r in scontrol_records(devcluster, name, "node")}
+    assert sorted(nodes) == exp["nodes"]
+    for node, rec in nodes.items():
+        state = rec["State"].lower()
+        assert state.split("+")[0] in HEALTHY, "%s/%s is %s" % (name, node, rec["State"])
+        assert rec["Gres"] == exp["gres"]
+        assert rec["CPUTot"] == "4" and rec["RealMemory"] == "4000"
+        # Each slurmd has its own loopback address.
+        assert rec["NodeAddr"] == devcluster[name].raw["nodes"][node]["addr"]
+    parts = {r["PartitionName"]: r for r in scontrol_records(devcluster, name, "partition")}
+    assert {p: (r["Default"], r["MaxTime"]) for p, r in parts.items()} == exp["partitions"]
+    # sinfo agrees: every node is in every partition.
+    lines = devcluster.slurm(name, "sinfo", "-h", "-N", "-o", "%N %P").stdout.split("\n")
+    pairs = {tuple(line.split()) for line in lines if line.strip()}
+    want = {(n, p + ("*" if d == "YES" else "")) for n in exp["nodes"]
+            for p, (d, _) in exp["partitions"].items()}
+    assert pairs == want
+
+
+def test_alpha_topology_has_two_leaves_under_a_spine(devcluster):
+    switches = {r["SwitchName"]: r for r in scontrol_records(devcluster, "alpha", "topology")}
+    assert switches["leaf1"]["Nodes"] == "an[1-2]" and switches["leaf1"]["Level"] == "0"
+    assert switches["leaf2"]["Nodes"] == "an[3-4]" and switches["leaf2"]["Level"] == "0"
+    assert switches["spine"]["Switches"] == "leaf1,leaf2" and switches["spine"]["Level"] == "1"
+    beta = {r["SwitchName"]: r["Nodes"] for r in scontrol_records(devcluster, "beta", "topology")}
+    assert beta == {"leaf1": "bn[1-2]", "leaf2": "bn3", "spine": "bn[1-3]"}
+
+
+def test_two_node_gpu_job_runs_srun_on_both_nodes_under_one_leaf(devcluster, tmp_path):
+    out = tmp_path / "job.out"
+    job = devcluster.sbatch("alpha", "-N2", "--gpus-per-node=2", "--switches=1", "--time=2",
+                 "-J", "devcluster-2node", "-o", out,
+                 "--wrap", 'srun bash -c "echo \\$SLURMD_NODENAME \\$CUDA_VISIBLE_DEVICES"',
+                 cwd=tmp_path)
+    info = devcluster.wait_job_state("alpha", job, "COMPLETED", timeout=40)
+    assert info["ExitCode"] == "0:0"
+    assert info["NodeList"] in ("an[1-2]", "an[3-4]"), info["NodeList"]  # one leaf switch
+    lines = sorted(Path(out).read_text().split("\n"))
+    lines = [line for line in lines if line.strip()]
+    first = int(info["NodeList"][3])
+    assert lines == ["an%d 0,1" % first, "an%d 0,1" % (first + 1)]
+
+
+def test_gamma_npu_gres_job_is_allocated_and_runs(devcluster, tmp_path):
+    out = tmp_path / "npu.out"
+    job = devcluster.sbatch("gamma", "-N1", "--gres=npu:8", "--time=2", "-o", out,
+                 "--wrap", "sleep 2; echo npu-ok $SLURMD_NODENAME", cwd=tmp_path)
+    devcluster.wait_job_state("gamma", job, {"RUNNING", "COMPLETED"}, timeout=30, interval=0.5)
+    detail = devcluster.job_info("gamma", job, details=True)
+    if detail["JobState"] == "RUNNING":
+        assert "GRES=npu:ascend910b:8(IDX:0-7)" in detail["_raw"]
+    assert detail["TresPerNode"] == "gres:npu:8"
+    info = devcluster.wait_job_state("gamma", job, "COMPLETED", timeout=30)
+    assert info["ExitCode"] == "0:0"
+    assert Path(out).read_text().split() == ["npu-ok", info["NodeList"]]
+
+
+def accepted_count(log):
+    try:
+        return Path(log).read_text(errors="replace").count("Accepted publickey")
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_login_node_answers_with_strict_host_key_checking(devcluster, name):
+    c = devcluster[name]
+    before = accepted_count(c.sshd_log)
+    proc = devcluster.ssh(name, "echo $SLURM_CONF; sinfo -h -o %P")
+    deadline = time.monotonic() + 30
+    while proc.returncode == 255 and time.monotonic() < deadline:
+        # Another test session may be stopping or rekeying this login node
+        # right now (devcluster_control restores it): try again.
+        time.sleep(0.5)
+        before = accepted_count(c.sshd_log)
+        proc = devcluster.ssh(name, "echo $SLURM_CONF; sinfo -h -o %P")
+    assert proc.returncode == 0, proc.stderr
+    conf, *partitions = proc.stdout.split()
+    assert conf == c.slurm_conf  # SetEnv in that login node's sshd_config
+    want = {p + ("*" if d == "YES" else "") for p, (d, _) in EXPECTED[name]["partitions"].items()}
+    assert set(partitions) == want
+    deadline = time.monotonic() + 5
+    while accepted_count(c.sshd_log) <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert accepted_count(c.sshd_log) > before
+
+
+def test_login_node_refused_with_wrong_or_missing_known_hosts(devcluster, tmp_path):
+    real = Path(devcluster.known_hosts).read_text().splitlines()
+    beta_key = [line for line in real if line.startswith("[127.0.2.2]:2222 ")][0].split(None, 1)[1]
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text("[127.0.1.2]:2222 %s\n" % beta_key)  # alpha's name, beta's key
+    proc = devcluster.ssh("alpha", "true", known_hosts=wrong)
+    assert proc.returncode == 255
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in proc.stderr
+    assert "Host key verification failed" in proc.stderr
+
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    proc = devcluster.ssh("alpha", "true", known_hosts=empty)
+    assert proc.returncode == 255
+    assert "No ED25519 host key is known for [127.0.1.2]:2222" in proc.stderr
+
+
+def listening_sockets():
+    """[(addr, port, pid, comm)] for every TCP/UDP listener, from ss."""
+    out = subprocess.run(["ss", "-H", "-ltunp"], stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout
+    socks = []
+    for line in out.splitlines():
+        parts = line.split()
+        addr, _, port = parts[4].rpartition(":")
+        users = re.findall(r'\("([^"]+)",pid=(\d+)', line)
+        for comm, pid in users or [(None, None)]:
+            socks.append((addr.strip("[]").split("%")[0], int(port), pid and int(pid), comm))
+    return socks
+
+
+def test_nothing_listens_outside_loopback(devcluster, tmp_path):
+    # Include srun's listeners: keep a 2-node step running on beta meanwhile.
+    job = devcluster.sbatch("beta", "-N2", "--time=2", "-o", tmp_path / "srun.out",
+                 "--wrap", "srun sleep 30", cwd=tmp_path)
+    devcluster.wait_job_state("beta", job, "RUNNING", timeout=30, interval=0.5)
+    lo, hi = devcluster["beta"].raw["srun_port_range"]
+    deadline = time.monotonic() + 10
+    socks = listening_sockets()
+    while not any(comm == "srun" and lo <= port <= hi for _, port, _, comm in socks):
+        assert time.monotonic() < deadline, "no srun listener in %d-%d: %s" % (lo, hi, socks)
+        time.sleep(0.3)
+        socks = listening_sockets()
+    sshd_pids = set()
+    for c in devcluster.clusters.values():
+        try:  # absent while another test session has this login node stopped
+            sshd_pids.add(int(Path(c.raw["login"]["sshd_pid_file"]).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+    ours = [(a, p, pid, comm) for a, p, pid, comm in socks
+            if comm in OUR_PROGRAMS or pid in sshd_pids]
+    outside = [s for s in ours if not s[0].startswith("127.")]
+    assert not outside, "listening outside 127.0.0.0/8: %s" % outside
+    bound = {(a, p) for a, p, _, _ in ours}
+    for c in devcluster.clusters.values():
+        assert (c.raw["ctld"]["addr"], c.raw["ctld"]["port"]) in bound
+        for node in c.raw["nodes"].values():
+            assert (node["addr"], node["port"]) in bound
+    logins = [(c.login_host, c.login_port) in bound for c in devcluster.clusters.values()]
+    assert sum(logins) >= 2, "login sshds listening: %s" % logins  # one may be under test elsewhere
+    # srun inside a job listens on 127.0.0.1 within SrunPortRange.
+    assert any(a == "127.0.0.1" and lo <= p <= hi for a, p, _, comm in ours if comm == "srun")
+    devcluster.slurm("beta", "scancel", job)
+    devcluster.wait_job_state("beta", job, {"CANCELLED", "COMPLETED"}, timeout=30, interval=0.5)
