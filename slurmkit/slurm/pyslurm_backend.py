@@ -1,0 +1,715 @@
+"""The optional pyslurm implementation of :class:`SlurmBackend`.
+
+pyslurm links libslurm into this process, so job queries, submission and
+cancellation are RPCs instead of ``squeue``/``sbatch``/``scancel`` processes.
+It is used only where :func:`unusable_reason` says it is safe: pyslurm is
+installed, offers the Job API, and was built for the very Slurm MAJOR.MINOR the
+cluster runs (libslurm's RPC protocol changes with every major release).
+Everything pyslurm does not offer (``sbatch --test-only``, topology,
+partitions, nodes, version) is inherited from :class:`CommandBackend`, and so
+is every case pyslurm cannot do faithfully: a script with a directive that
+has no exact pyslurm equivalent (``--switches`` above all) is submitted with
+sbatch, and accounting falls back to sacct where ``pyslurm.db`` cannot answer.
+
+The pyslurm API used here was read in pyslurm's own source (PySlurm/pyslurm),
+in the 22.5.x branch and in the current 25.11 tree.  CHANGELOG.md: 22.5.0
+and 22.5.1 only have the old ``pyslurm.job`` class; the Job API arrived in
+22.5.2 (``db.JobSearchFilter``), 22.5.3 renamed it ``db.JobFilter`` and made
+collections ``MultiClusterMap``; nothing used here changed from there to
+25.11.0.
+
+- ``pyslurm/__init__.py``: ``__version__``; ``Job``, ``Jobs``,
+  ``JobSubmitDescription`` and ``RPCError`` at top level; ``slurm_init()`` is
+  called at import, so libslurm reads ``SLURM_CONF`` then and never again.
+- ``pyslurm/core/job/job.pyx`` (+ ``job.pxd`` docs): ``Jobs.load()`` is one
+  ``slurm_load_jobs`` RPC.  22.5.2 returns a ``dict`` keyed by job id; from
+  22.5.3/23.2.2 on it is a ``xcollections.MultiClusterMap`` keyed by cluster,
+  then id, whose ``values()`` yields every job.  ``Job(id).cancel()`` sends
+  SIGKILL and ignores "already done" and "invalid job id".  Job attributes
+  are the same in every version: ``id`` (not ``job_id``), ``name``,
+  ``state``, ``state_reason``, ``partition``, ``num_nodes``,
+  ``allocated_nodes``, ``start_time`` (unix seconds, None when unset),
+  ``time_limit`` (minutes, None for NO_VAL *and* INFINITE), ``user_name``,
+  ``comment``, ``exit_code`` (decoded, 0 while running), ``cluster``,
+  ``standard_output``.
+- ``pyslurm/core/job/submission.pyx``/``.pxd``: ``JobSubmitDescription(**kw)``,
+  ``.script`` (a path or the script text), ``.submit()`` returns the job id.
+  Attribute names differ from sbatch's: ``partitions``, ``time_limit``,
+  ``standard_output``, ``gres_per_node``; there is no ``gpus_per_node``, and
+  ``switches`` is accepted but never sent (``_set_switches`` is not called).
+- ``pyslurm/core/job/sbatch_opts.pyx``: ``load_sbatch_options()`` exists in
+  every version but is not usable for slurmkit's scripts: it needs the script
+  as a *file path*, takes one option per ``#SBATCH`` line, cuts values at
+  ``#``/``=``, ignores quoting, and maps ``--partition``/``--gpus-per-node``
+  to attributes the class does not have (``partition``, ``gpus_per_node``),
+  which raises AttributeError.  So :func:`sbatch_directives` parses the
+  directives here, the way sbatch does.
+- ``pyslurm/db/job.pyx``: ``db.Jobs.load(filter)``; the filter class is
+  ``JobSearchFilter`` in 22.5.2 and ``JobFilter`` from 22.5.3 on (an alias
+  of the old name is kept in some versions).  The collection is a ``dict``,
+  a ``list`` or a ``MultiClusterMap`` depending on the version.  ``db.Job``
+  has ``nodelist`` instead of ``allocated_nodes``, ``time_limit`` may be the
+  string ``"PartitionLimit"``, and in 22.5.2 ``exit_code`` is a stub that
+  always returns 0.
+- ``pyslurm/core/error.pyx``: ``RPCError(Exception)`` with ``.errno`` and
+  ``.msg`` (Slurm's own error string).
+"""
+
+import importlib
+import importlib.util
+import math
+import os
+import re
+import socket
+import sys
+import threading
+from dataclasses import fields, replace
+from datetime import datetime
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from slurmkit import slurmtime
+from slurmkit.errors import SlurmCommandError, SlurmkitError, SlurmUnavailableError
+from slurmkit.slurm import commands, parsers
+from slurmkit.slurm.backend import _UNREACHABLE_RE, CommandBackend
+from slurmkit.slurm.runner import LocalRunner, Runner
+from slurmkit.slurm.types import JobInfo
+
+_JOBINFO_FIELDS = frozenset(f.name for f in fields(JobInfo))
+
+# ---------------------------------------------------------------------------
+# Whether pyslurm may be used
+# ---------------------------------------------------------------------------
+
+_LOCK = threading.RLock()
+# (cluster name, SLURM_CONF) -> reason or None.  The answer depends only on
+# what is installed and which Slurm the cluster runs, so it holds for the
+# whole process; one `scontrol --version` per cluster is enough.
+_CACHE: Dict[Tuple[str, str], Optional[str]] = {}
+# The SLURM_CONF libslurm was initialised with when *we* imported pyslurm
+# ("" = Slurm's default lookup).  None while we have not imported it.
+_initialised_conf: Optional[str] = None
+
+
+def versions_match(pyslurm_version: str, slurm_version: str) -> bool:
+    """pyslurm ``22.5.2`` fits Slurm ``22.05.8``: same MAJOR.MINOR, patch ignored.
+
+    pyslurm numbers its releases SLURM_MAJOR.PYSLURM_PATCH (pyslurm/version.py),
+    so its first two numbers name the Slurm release it was built against.
+    """
+    ours, theirs = parsers.major_minor(pyslurm_version or ""), parsers.major_minor(slurm_version or "")
+    return ours is not None and ours == theirs
+
+
+def _pyslurm_installed() -> bool:
+    """Whether ``import pyslurm`` could find anything (without importing it)."""
+    if "pyslurm" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("pyslurm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _installed_version() -> Optional[str]:
+    """The installed distribution's version, read without importing pyslurm.
+
+    Importing a pyslurm built for another Slurm can fail in odd ways (missing
+    libslurm.so.NN) or load a libslurm that speaks another protocol, so the
+    version is compared before the import where the metadata allows it.
+    """
+    try:
+        from importlib import metadata
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return metadata.version("pyslurm")
+    except Exception:  # PackageNotFoundError, or broken metadata: fall back to __version__
+        return None
+
+
+def _effective_conf(cluster) -> str:
+    """The SLURM_CONF the Slurm commands would use for ``cluster`` ("" = Slurm's default)."""
+    return cluster.slurm_conf or os.environ.get("SLURM_CONF", "") or ""
+
+
+def conf_conflict(wanted: str, initialised: Optional[str]) -> Optional[str]:
+    """Why a pyslurm initialised with ``initialised`` cannot serve ``wanted`` (None: it can).
+
+    Both are SLURM_CONF paths, "" meaning Slurm's default lookup; None for
+    ``initialised`` means pyslurm is not initialised in this process yet.
+    """
+    if initialised is None or initialised == wanted:
+        return None
+    return ("pyslurm was already initialised in this process with SLURM_CONF=%s, and libslurm "
+            "reads its configuration only once; this cluster uses SLURM_CONF=%s"
+            % (initialised or "(Slurm default)", wanted or "(Slurm default)"))
+
+
+def _initialised() -> Optional[str]:
+    """The SLURM_CONF the pyslurm of this process was initialised with, None if not imported."""
+    if "pyslurm" not in sys.modules:
+        return None
+    if _initialised_conf is not None:
+        return _initialised_conf
+    # Someone else imported pyslurm; libslurm read SLURM_CONF at that moment,
+    # which can only be assumed to be the current environment.
+    return os.environ.get("SLURM_CONF", "") or ""
+
+
+def _import_pyslurm(conf: str):
+    """Import pyslurm so that libslurm initialises with ``conf``.
+
+    pyslurm's ``__init__`` calls ``slurm_init()``, which reads SLURM_CONF from
+    the environment right then.  The variable is set only around the import
+    and restored afterwards: left in ``os.environ`` it would silently point
+    every later local Slurm command of this process (for other clusters) at
+    this cluster.  The job environment gets SLURM_CONF explicitly at submit.
+    """
+    global _initialised_conf
+    if "pyslurm" in sys.modules:
+        return sys.modules["pyslurm"]
+    saved = os.environ.get("SLURM_CONF")
+    if conf:
+        os.environ["SLURM_CONF"] = conf
+    try:
+        module = importlib.import_module("pyslurm")
+        try:  # inside the same window, in case a build initialises anything in pyslurm.db
+            importlib.import_module("pyslurm.db")
+        except Exception:
+            pass  # no database API in this build: accounting() uses sacct
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+    _initialised_conf = conf
+    return module
+
+
+def _missing_api(module) -> List[str]:
+    wanted = {"Job": getattr(module, "Job", None), "Jobs": getattr(module, "Jobs", None),
+              "JobSubmitDescription": getattr(module, "JobSubmitDescription", None),
+              "RPCError": getattr(module, "RPCError", None)}
+    return [name for name, value in wanted.items() if value is None]
+
+
+def _jobs_loader(module):
+    """``Jobs.load`` (every release); the pre-release Job API loaded in ``Jobs()`` itself."""
+    return getattr(module.Jobs, "load", None) or module.Jobs
+
+
+def unusable_reason(runner: Runner, cluster) -> Optional[str]:
+    """None when pyslurm can serve ``cluster`` in this process, else why not.
+
+    Order matters: nothing imports pyslurm before ``scontrol --version`` has
+    succeeded with the cluster's SLURM_CONF, because libslurm's initialisation
+    calls ``fatal()`` (exits the process) when it finds no configuration.
+    """
+    with _LOCK:
+        if not _pyslurm_installed():
+            return "pyslurm is not installed"
+        conf = _effective_conf(cluster)
+        conflict = conf_conflict(conf, _initialised())
+        if conflict:
+            return conflict
+        key = (cluster.name, conf)
+        if key not in _CACHE:
+            _CACHE[key] = _check(runner, conf)
+        return _CACHE[key]
+
+
+def _check(runner: Runner, conf: str) -> Optional[str]:
+    try:
+        result = runner.run(commands.version())
+    except SlurmkitError as exc:
+        return "cannot read the Slurm version: %s" % exc
+    if not result.ok:
+        return "cannot read the Slurm version (scontrol --version): %s" % parsers.first_error_line(
+            result.stderr or result.stdout)
+    try:
+        slurm_version = parsers.parse_version(result.stdout)
+    except SlurmkitError as exc:
+        return str(exc)
+    installed = _installed_version()
+    if installed and not versions_match(installed, slurm_version):
+        return "pyslurm %s does not match Slurm %s" % (installed, slurm_version)
+    try:
+        module = _import_pyslurm(conf)
+    except Exception as exc:  # ImportError, or whatever a broken build raises
+        return "pyslurm cannot be imported: %s: %s" % (type(exc).__name__, exc)
+    version = str(getattr(module, "__version__", "") or installed or "")
+    if not versions_match(version, slurm_version):
+        return "pyslurm %s does not match Slurm %s" % (version or "(unknown version)", slurm_version)
+    missing = _missing_api(module)
+    if missing:
+        return ("pyslurm %s lacks %s (the Job API arrived in pyslurm 22.5.2)"
+                % (version, ", ".join(missing)))
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Pure conversions (unit-tested without pyslurm)
+# ---------------------------------------------------------------------------
+
+def _attr(obj, *names, default=None):
+    """The first of ``names`` that ``obj`` has (attribute names moved between versions)."""
+    for name in names:
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            continue
+        return value
+    return default
+
+
+def _time_limit(value) -> str:
+    # Job.time_limit is minutes, or None for both NO_VAL and INFINITE
+    # (utils/ctime.pyx _raw_time); a running job always has a real limit, so
+    # None reads as UNLIMITED, as the squeue --json parser does.  db.Job may
+    # give the string "PartitionLimit" (db/job.pyx): passed through.
+    if isinstance(value, str) and not value.isdigit():
+        return value
+    return parsers._time_limit(None if value is None else int(value))
+
+
+def _start_time(value) -> Optional[datetime]:
+    if isinstance(value, datetime):
+        return value
+    return parsers._epoch(value)  # unix seconds; None or 0 means not known yet
+
+
+def job_to_info(obj) -> JobInfo:
+    """A pyslurm ``Job`` (or ``db.Job``) as a :class:`JobInfo`; only reads attributes.
+
+    Values are converted exactly as :func:`parsers.parse_squeue_json` converts
+    squeue's, so both backends describe a job alike.
+    """
+    job_id = _attr(obj, "id", "job_id")  # "id" in every pyslurm version read
+    exit_code = _attr(obj, "exit_code")
+    num_nodes = _attr(obj, "num_nodes")
+    values = dict(
+        job_id=str(job_id),
+        name=_attr(obj, "name") or "",
+        state=_attr(obj, "state") or "UNKNOWN",
+        partition=_attr(obj, "partition") or "",
+        node_count=int(num_nodes) if num_nodes else 0,
+        # core Job: allocated_nodes; db.Job: nodelist (None while pending)
+        nodelist=_attr(obj, "allocated_nodes", "nodelist") or "",
+        start_time=_start_time(_attr(obj, "start_time")),
+        time_limit=_time_limit(_attr(obj, "time_limit")),
+        user=_attr(obj, "user_name") or "",
+        reason=_attr(obj, "state_reason") or "",
+        comment=_attr(obj, "comment") or "",
+        exit_code=int(exit_code) if exit_code is not None else None,
+        cluster=_attr(obj, "cluster") or "",
+    )
+    if "stdout" in _JOBINFO_FIELDS:
+        values["stdout"] = _attr(obj, "standard_output") or ""
+    return JobInfo(**values)
+
+
+def records_of(collection) -> list:
+    """The job objects of any pyslurm job collection.
+
+    ``dict`` by id (22.5.2), ``MultiClusterMap`` by cluster then id (22.5.3+;
+    its ``values()`` walks every cluster, xcollections.pyx) or ``list``
+    (some ``db.Jobs`` versions): iterating a map would yield keys, not jobs.
+    """
+    values = getattr(collection, "values", None)
+    if callable(values):
+        return list(values())
+    return list(collection)
+
+
+# -- #SBATCH directives -------------------------------------------------------
+
+# sbatch's short options that slurmkit may meet, as long names.
+_SHORT = {"J": "job-name", "p": "partition", "N": "nodes", "n": "ntasks", "c": "cpus-per-task",
+          "t": "time", "A": "account", "q": "qos", "o": "output", "e": "error", "D": "chdir"}
+# Long options that take a value, and flags, that submit_description maps.
+_WITH_VALUE = frozenset({"job-name", "partition", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task",
+                         "time", "account", "qos", "output", "error", "chdir", "comment", "gres",
+                         "gpus-per-node", "mem", "mem-per-cpu"})
+_FLAGS = frozenset({"exclusive"})
+# Input environment variables of sbatch that do not start with SBATCH_ (src/sbatch/opt.c env_vars).
+_SBATCH_INPUT_ENV = frozenset({"SLURM_CLUSTERS", "SLURM_HINT"})
+_UNSUPPORTED = object()
+
+
+def _directive_args(text: str) -> List[str]:
+    """Split what follows ``#SBATCH`` into arguments the way sbatch does.
+
+    Mirrors sbatch's ``_get_argument`` (src/sbatch/opt.c): whitespace
+    separates arguments, double quotes group (single quotes are ordinary
+    characters), a backslash escapes the next character, and an unescaped
+    ``#`` ends the line even inside quotes.  An empty argument (``""``) ends
+    the line too.  This is the quoting ``slurmkit.render.sbatch_quote`` writes.
+    """
+    args: List[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return args
+        current, quoted, escape = [], False, False
+        while i < n and (quoted or not text[i].isspace()):
+            ch = text[i]
+            i += 1
+            if escape:
+                current.append(ch)
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quoted = not quoted
+            elif ch == "#":
+                i = n  # the rest of the line is a comment
+                break
+            else:
+                current.append(ch)
+        if not current:
+            return args
+        args.append("".join(current))
+
+
+def sbatch_directives(script: str) -> List[Tuple[str, object]]:
+    """The ``#SBATCH`` options of ``script`` as ``(long name, value)`` pairs.
+
+    Like sbatch, directives are read from the top of the script until the
+    first line that is neither blank nor a comment (sbatch(1): "sbatch will
+    stop processing further #SBATCH directives once the first non-comment
+    non-whitespace line has been reached").  A flag's value is None;
+    an option this module cannot map, or cannot tell the arguments of, comes
+    back as ``(text, _UNSUPPORTED)`` so the caller falls back to sbatch.
+    """
+    out: List[Tuple[str, object]] = []
+    for line in script.splitlines()[1:]:  # line 1 is the #! line
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break  # sbatch stops at the first command
+        if not line.startswith("#SBATCH"):
+            continue
+        args = _directive_args(line[len("#SBATCH"):])
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            i += 1
+            if arg.startswith("--"):
+                name, eq, value = arg[2:].partition("=")
+                if name in _FLAGS and not eq:
+                    out.append((name, None))
+                elif name in _WITH_VALUE:
+                    if not eq:
+                        if i >= len(args):
+                            out.append((arg, _UNSUPPORTED))
+                            continue
+                        value = args[i]
+                        i += 1
+                    out.append((name, value))
+                else:
+                    out.append((arg, _UNSUPPORTED))
+            elif arg.startswith("-") and len(arg) > 1 and arg[1] in _SHORT:
+                name, value = _SHORT[arg[1]], arg[2:]
+                if not value:
+                    if i >= len(args):
+                        out.append((arg, _UNSUPPORTED))
+                        continue
+                    value = args[i]
+                    i += 1
+                out.append((name, value))
+            else:
+                out.append((arg, _UNSUPPORTED))
+    return out
+
+
+class _Unsupported(Exception):
+    """A directive pyslurm cannot express faithfully: submit with sbatch instead."""
+
+
+_GRES_ITEM_RE = re.compile(r"^(?P<name>[A-Za-z][\w.-]*)(?::(?P<type>[A-Za-z_][\w.-]*))?(?::(?P<count>\d+))?$")
+
+
+def _gres_dict(value: str, prefix: Optional[str] = None) -> Dict[str, int]:
+    """``gpu:h100:8,npu:2`` -> {"gpu:h100": 8, "npu": 2}; ``h100:8`` with prefix gpu -> {"gpu:h100": 8}.
+
+    A dict is what every pyslurm version turns into ``gres:NAME[:TYPE]:COUNT``
+    (utils/cstr.pyx ``from_gres_dict``; the 22.5 version returns "" for a
+    string, so a string is never passed).
+    """
+    out: Dict[str, int] = {}
+    for item in value.split(","):
+        if prefix:
+            item = "%s:%s" % (prefix, item)
+        m = _GRES_ITEM_RE.match(item)
+        if not m:
+            raise _Unsupported(item)
+        key = m.group("name") + (":" + m.group("type") if m.group("type") else "")
+        out[key] = out.get(key, 0) + int(m.group("count") or 1)
+    return out
+
+
+def _minutes(value: str):
+    """``--time`` as pyslurm wants it: int minutes, or "UNLIMITED".
+
+    pyslurm's ``timestr_to_mins`` returns a digit *string* unchanged, which
+    then fails to convert to uint32 (utils/ctime.pyx), so ints are passed.
+    Seconds round up and 0 means no limit, as in sbatch.
+    """
+    try:
+        minutes = slurmtime.parse_minutes(value)
+    except SlurmkitError:
+        raise _Unsupported(value) from None
+    if minutes is None or minutes == 0:
+        return "UNLIMITED"
+    return int(math.ceil(minutes))
+
+
+def _dev_null(value: str) -> str:
+    # sbatch turns --output/--error "none" into /dev/null (src/sbatch/opt.c).
+    return "/dev/null" if value.lower() == "none" else value
+
+
+def _positive_int(value: str) -> int:
+    if not str(value).isdigit() or int(value) < 1:
+        raise _Unsupported(value)
+    return int(value)
+
+
+def submit_description(directives: Iterable[Tuple[str, object]]) -> Optional[dict]:
+    """``JobSubmitDescription`` keyword arguments for these directives.
+
+    None when any directive has no faithful pyslurm equivalent (``--switches``
+    is silently dropped by every pyslurm version; an unknown option may change
+    anything): the script then goes to sbatch unchanged.
+    """
+    kw: dict = {}
+    gres: Dict[str, int] = {}
+    seen = set()
+    try:
+        for name, value in directives:
+            if value is _UNSUPPORTED:
+                return None
+            if name in seen:
+                return None  # sbatch: the last one wins; rare enough to leave to sbatch
+            seen.add(name)
+            if name == "job-name":
+                kw["name"] = value
+            elif name == "partition":
+                kw["partitions"] = value
+            elif name == "nodes":
+                if not re.match(r"^\d+(-\d+)?$", value):
+                    return None
+                kw["nodes"] = int(value) if value.isdigit() else value
+            elif name == "ntasks":
+                kw["ntasks"] = _positive_int(value)
+            elif name == "ntasks-per-node":
+                kw["ntasks_per_node"] = _positive_int(value)
+            elif name == "cpus-per-task":
+                kw["cpus_per_task"] = _positive_int(value)
+            elif name == "time":
+                kw["time_limit"] = _minutes(value)
+            elif name in ("account", "qos", "comment"):
+                kw[name] = value
+            elif name == "output":
+                kw["standard_output"] = _dev_null(value)
+            elif name == "error":
+                kw["standard_error"] = _dev_null(value)
+            elif name == "chdir":
+                kw["working_directory"] = value
+            elif name == "mem":
+                kw["memory_per_node"] = value
+            elif name == "mem-per-cpu":
+                kw["memory_per_cpu"] = value
+            elif name == "exclusive":
+                kw["resource_sharing"] = "no"  # submission.pxd: "no" is sbatch's --exclusive
+            elif name == "gres":
+                if gres:
+                    return None
+                gres = _gres_dict(value)
+            elif name == "gpus-per-node":
+                if gres:
+                    return None  # --gres and --gpus-per-node together: leave the merge to sbatch
+                # submission.pxd: "use gres_per_node if you want to specify GPUs per node"
+                gres = _gres_dict(value, prefix="gpu")
+            else:
+                return None
+    except _Unsupported:
+        return None
+    if "mem" in seen and "mem-per-cpu" in seen:
+        return None
+    if gres:
+        kw["gres_per_node"] = gres
+    # pyslurm forces ntasks=1 when unset (_set_defaults); sbatch derives it
+    # from --ntasks-per-node (ntasks = min nodes x per node) and otherwise
+    # leaves it to slurmctld, which matters for multi-node jobs.
+    if "ntasks" not in kw:
+        min_nodes = int(str(kw.get("nodes", 1)).split("-")[0])
+        if "ntasks_per_node" in kw:
+            kw["ntasks"] = min_nodes * kw["ntasks_per_node"]
+        elif min_nodes > 1:
+            return None
+    return kw
+
+
+def _submit_environment(extra_env) -> Dict[str, str]:
+    """The environment sbatch would send: all of ours, plus what sbatch adds.
+
+    sbatch exports its whole environment (--export=ALL) and sets
+    SLURM_SUBMIT_DIR, SLURM_SUBMIT_HOST, SLURM_UMASK and SLURM_PRIO_PROCESS
+    (src/sbatch/sbatch.c); jobs and srun inside them rely on those and on
+    SLURM_CONF, which this process does not keep in its own environment.
+    """
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    env.setdefault("SLURM_SUBMIT_DIR", os.getcwd())
+    env.setdefault("SLURM_SUBMIT_HOST", socket.gethostname())
+    mask = os.umask(0)
+    os.umask(mask)
+    env.setdefault("SLURM_UMASK", "%04o" % mask)
+    try:
+        env.setdefault("SLURM_PRIO_PROCESS", str(os.getpriority(os.PRIO_PROCESS, 0)))
+    except (AttributeError, OSError):
+        pass
+    return env
+
+
+# ---------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------
+
+class PyslurmBackend(CommandBackend):
+    """Jobs through pyslurm in-process; the rest through the Slurm commands."""
+
+    name = "pyslurm"
+
+    def __init__(self, cluster, runner: Optional[Runner] = None):
+        runner = runner or LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)
+        super().__init__(runner, cluster.name)
+        self.cluster = cluster
+        reason = unusable_reason(runner, cluster)
+        if reason is not None:
+            raise SlurmUnavailableError("pyslurm cannot be used for cluster %s: %s" % (cluster.name, reason))
+        self._pyslurm = sys.modules["pyslurm"]
+        self.last_submit_via = None  # "pyslurm" or "sbatch": which path the last submit took
+
+    def describe(self):
+        return "pyslurm %s, %s" % (getattr(self._pyslurm, "__version__", "?"), self.runner.describe())
+
+    # -- errors ----------------------------------------------------------------
+
+    def _rpc(self, what: str, call):
+        """Run a pyslurm call; its RPCError becomes slurmkit's error, with Slurm's message."""
+        try:
+            return call()
+        except self._pyslurm.RPCError as exc:
+            raise self._error(what, exc) from None
+
+    def _error(self, what, exc) -> SlurmkitError:
+        message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+        where = " on cluster %s" % self.cluster_name
+        if _UNREACHABLE_RE.search(message):
+            return SlurmUnavailableError("slurmctld%s does not answer (%s): %s" % (where, what, message))
+        return SlurmCommandError("%s failed%s: %s" % (what, where, message), argv=["pyslurm", what],
+                                 returncode=getattr(exc, "errno", None), stderr=message)
+
+    # -- jobs ------------------------------------------------------------------
+
+    def submit(self, script):
+        kw = None
+        if not any(k.startswith("SBATCH_") or k in _SBATCH_INPUT_ENV for k in os.environ):
+            # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
+            # override directives; only sbatch itself applies them faithfully.
+            kw = submit_description(sbatch_directives(script))
+        if kw is None:
+            self.last_submit_via = "sbatch"
+            return super().submit(script)
+        kw["script"] = script
+        kw["environment"] = _submit_environment(getattr(self.runner, "extra_env", None))
+        try:
+            desc = self._pyslurm.JobSubmitDescription(**kw)
+        except (AttributeError, TypeError):
+            # An attribute this pyslurm build does not have: let sbatch do it.
+            self.last_submit_via = "sbatch"
+            return super().submit(script)
+        try:
+            job_id = self._rpc("submit", desc.submit)
+        except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
+            raise SlurmCommandError("submit refused on cluster %s: %s" % (self.cluster_name, exc),
+                                    argv=["pyslurm", "submit"], stderr=str(exc)) from None
+        self.last_submit_via = "pyslurm"
+        return str(job_id)
+
+    def jobs(self, job_ids=None, user=None):
+        job_ids = [str(j) for j in job_ids] if job_ids is not None else None
+        if job_ids == []:
+            return []
+        # One slurm_load_jobs RPC whatever the number of ids.
+        collection = self._rpc("load jobs", _jobs_loader(self._pyslurm))
+        records = records_of(collection)
+        if job_ids is not None:
+            # Convert only the wanted jobs: the RPC returns every job of the
+            # cluster, and user_name costs a passwd lookup per job.
+            wanted = set(job_ids)
+            records = [r for r in records if str(_attr(r, "id", "job_id")) in wanted]
+        return self._filter([job_to_info(r) for r in records], job_ids, user)
+
+    def cancel(self, job_ids):
+        """SIGKILL each job; a job that already ended or is unknown is not an error.
+
+        That is pyslurm's ``Job.cancel()`` (job.pyx ``send_signal`` ignores
+        ESLURM_ALREADY_DONE and, for SIGKILL, ESLURM_INVALID_JOB_ID), where
+        scancel would complain.  Ids pyslurm cannot name (array tasks such as
+        ``12_3``) go to scancel.
+        """
+        other = []
+        for job_id in job_ids:
+            text = str(job_id)
+            if not text.isdigit():
+                other.append(text)
+                continue
+            self._rpc("cancel job %s" % text, lambda jid=int(text): self._pyslurm.Job(jid).cancel())
+        if other:
+            super().cancel(other)
+
+    def accounting(self, job_ids: Sequence[str]) -> List[JobInfo]:
+        """Finished jobs from slurmdbd through pyslurm.db; sacct where that cannot answer.
+
+        Where pyslurm's database API is missing or fails (no slurmdbd, as with
+        AccountingStorageType=none; or a pyslurm whose db API moved, as on the
+        unreleased 25.11.x branch where db/connection.pyx grew a JobsAPI), the
+        inherited sacct path answers, so the result never depends on which
+        pyslurm is installed: empty where accounting is off, as with sacct.
+        """
+        ids = [int(j) for j in job_ids if str(j).isdigit()]
+        if not ids:
+            return []
+        db = getattr(self._pyslurm, "db", None) or sys.modules.get("pyslurm.db")
+        filter_cls = getattr(db, "JobFilter", None) or getattr(db, "JobSearchFilter", None)
+        loader = getattr(getattr(db, "Jobs", None), "load", None)
+        if filter_cls is None or loader is None:
+            return super().accounting(job_ids)
+        failures = tuple(c for c in (self._pyslurm.RPCError, getattr(self._pyslurm, "PyslurmError", None))
+                         if isinstance(c, type)) + (ValueError, TypeError)
+        try:
+            records = loader(filter_cls(ids=ids))
+        except failures:
+            return super().accounting(job_ids)
+        # 22.5.2's db.Job.exit_code is a stub returning 0 (db/job.pyx "TODO");
+        # that version is the one without JobFilter.
+        exit_code_known = getattr(db, "JobFilter", None) is not None
+        wanted = {str(i) for i in ids}
+        by_id: Dict[str, JobInfo] = {}
+        for record in records_of(records):
+            info = job_to_info(record)
+            if info.job_id in wanted:
+                if not exit_code_known:
+                    info = replace(info, exit_code=None)
+                by_id[info.job_id] = info
+        return list(by_id.values())
+
+
+def _reset_for_tests():
+    """Forget cached answers (tests only; the import itself cannot be undone)."""
+    with _LOCK:
+        _CACHE.clear()
