@@ -36,7 +36,7 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
     """The backend for ``cluster``, reached as :func:`reach` decides.
 
     Locally, pyslurm is used only when it imports and its MAJOR.MINOR equals
-    the cluster's Slurm (``pyslurm_backend.usable`` checks); otherwise the
+    the cluster's Slurm (``pyslurm_backend.unusable_reason`` checks); otherwise the
     Slurm commands.  SLURMKIT_BACKEND=commands|pyslurm forces a choice.
     """
     forced = os.environ.get("SLURMKIT_BACKEND", "").strip().lower()

@@ -100,6 +100,17 @@ def expand_output_pattern(pattern: str, job_id: str, name: str, user: str) -> st
     return _PATTERN_RE.sub(sub, pattern)
 
 
+def _stdout_path(job: dict) -> str:
+    """The job's output file: pattern expanded, relative to its working directory, sbatch's default if unset."""
+    job_id = str(job["job_id"])
+    pattern = job.get("standard_output") or "slurm-%j.out"
+    path = expand_output_pattern(pattern, job_id, job.get("name", ""), job.get("user_name", ""))
+    cwd = job.get("current_working_directory") or ""
+    if cwd and not path.startswith("/"):
+        path = cwd.rstrip("/") + "/" + path
+    return path
+
+
 def parse_squeue_json(text: str) -> List[JobInfo]:
     try:
         data = json.loads(text)
@@ -117,8 +128,7 @@ def parse_squeue_json(text: str) -> List[JobInfo]:
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
             exit_code=exit_code, cluster=job.get("cluster", "") or "",
-            stdout=expand_output_pattern(job.get("standard_output", "") or "", str(job["job_id"]),
-                                         job.get("name", ""), job.get("user_name", ""))))
+            stdout=_stdout_path(job)))
     return jobs
 
 

@@ -115,3 +115,11 @@ def test_versions():
 def test_expand_output_pattern():
     assert parsers.expand_output_pattern("/o/%x-%j-%u.%%.%5j", "42", "train", "bob") == "/o/train-42-bob.%.00042"
     assert parsers.expand_output_pattern("/o/%N-%a", "42", "t", "b") == "/o/%N-%a"
+
+
+def test_relative_output_joins_the_working_directory():
+    base = {"job_id": 5, "name": "n", "user_name": "u", "current_working_directory": "/home/u/run"}
+    [job] = parsers.parse_squeue_json(json.dumps({"jobs": [dict(base, standard_output="out-%j.txt")]}))
+    assert job.stdout == "/home/u/run/out-5.txt"
+    [job] = parsers.parse_squeue_json(json.dumps({"jobs": [base]}))
+    assert job.stdout == "/home/u/run/slurm-5.out"
