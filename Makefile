@@ -41,7 +41,7 @@ demo: venv cluster-up
 	$(PY) -m slurmkit submit --site site_configs/local.yaml --cluster alpha --partition gpu \
 	    --nodes 2 --gpus-per-node 2 --comm heavy --template srun --time 5 \
 	    --output "$(CURDIR)/.devcluster/demo-%j.out" --json \
-	    -- bash -c 'echo "$$(hostname) $$SLURMD_NODENAME NCCL_SOCKET_IFNAME=$$NCCL_SOCKET_IFNAME"' \
+	    -- bash -c 'echo "$$SLURMD_NODENAME NCCL_SOCKET_IFNAME=$$NCCL_SOCKET_IFNAME"' \
 	  | tee .devcluster/demo-submit.json
 	$(PY) -m slurmkit wait --site site_configs/local.yaml \
 	    "$$($(PY) -c 'import json; print(json.load(open(".devcluster/demo-submit.json"))["id"])')"

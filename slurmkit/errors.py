@@ -8,9 +8,20 @@ that tell the user what to do next.
 
 
 class SlurmkitError(Exception):
-    """Base class: an operation failed (exit code 1)."""
+    """Base class: an operation failed (exit code 1).
+
+    ``may_have_run`` is True when a command was sent but its answer was lost
+    (a dropped connection, a timeout after the start): the command may have
+    taken effect, so the caller must check before repeating it.
+    """
 
     exit_code = 1
+    may_have_run = False
+
+    def outcome_unknown(self):
+        """Mark this error as 'sent, result unknown'; returns self for ``raise``."""
+        self.may_have_run = True
+        return self
 
 
 class UsageError(SlurmkitError):

@@ -96,7 +96,7 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
         existing = [j for j in backend.find_by_token("slurmkit:" + token) if j.comment == "slurmkit:" + token]
         if existing:
             return Submission(JobRef(rendered.cluster, existing[0].job_id), rendered, token, existed=True)
-    job_id = backend.submit(rendered.script)
+    job_id = backend.submit(rendered.script, token=token)
     return Submission(JobRef(rendered.cluster, job_id), rendered, token)
 
 

@@ -268,5 +268,13 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         raise UsageError("template %r uses an undefined value: %s" % (template_name, exc)) from None
     except jinja2.TemplateSyntaxError as exc:
         raise UsageError("template %s line %s: %s" % (exc.filename or template_name, exc.lineno, exc.message)) from None
+    from slurmkit.slurm.commands import SCRIPT_TRAILER
+
+    # Every script ends with the trailer (also from a site's own templates): the
+    # submit-once wrapper uses it to detect a script truncated in transit.
+    if not script.endswith("\n"):
+        script += "\n"
+    if not script.endswith(SCRIPT_TRAILER + "\n"):
+        script += SCRIPT_TRAILER + "\n"
     return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
                        cluster=cluster.name, partition=partition.name, switches=switches)

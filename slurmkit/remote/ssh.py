@@ -802,7 +802,7 @@ class SSHRunner(Runner):
             return ConnectTimeoutError(
                 "%s on cluster %s (login node %s:%s) did not finish within %ss; the SSH channel was closed "
                 "(the remote command may still be running); slurmctld may be overloaded or down"
-                % (what, self.cluster, self.login.host, self.login.port, _num(timeout)))
+                % (what, self.cluster, self.login.host, self.login.port, _num(timeout))).outcome_unknown()
         return ConnectTimeoutError("%s on cluster %s (login node %s:%s) did not start within %ss: all SSH sessions "
                                    "to the login node stayed busy" % (what, self.cluster, self.login.host,
                                                                       self.login.port, _num(timeout)))
@@ -811,7 +811,7 @@ class SSHRunner(Runner):
         return RemoteError(
             "the SSH connection to login node %s:%s of cluster %s was lost while running `%s` (%s); it may or may "
             "not have run: check before retrying" % (self.login.host, self.login.port, self.cluster, argv[0],
-                                                     _why(exc)))
+                                                     _why(exc))).outcome_unknown()
 
     def _exchange(self, chan, argv, command, stdin, deadline, timeout):
         """Send the command and stdin, collect stdout/stderr and the exit status."""

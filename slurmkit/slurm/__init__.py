@@ -43,7 +43,7 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
     if reach(cluster) == "ssh":
         from slurmkit.remote.ssh import SSHRunner
 
-        return CommandBackend(SSHRunner(cluster.login, cluster.name), cluster.name)
+        return CommandBackend(SSHRunner(cluster.login, cluster.name), cluster.name, submit_once=True)
     from slurmkit.slurm.runner import LocalRunner
 
     runner = LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)

@@ -27,8 +27,12 @@ class SlurmBackend:
 
     name = "abstract"
 
-    def submit(self, script: str) -> str:
-        """Submit a batch script; return the job id."""
+    def submit(self, script: str, token: Optional[str] = None) -> str:
+        """Submit a batch script; return the job id.
+
+        ``token`` is the job's idempotency token (also in its ``--comment``);
+        backends that can make submission atomic per token use it.
+        """
         raise NotImplementedError
 
     def estimate_start(self, script: str) -> StartEstimate:
@@ -71,9 +75,12 @@ class CommandBackend(SlurmBackend):
 
     name = "commands"
 
-    def __init__(self, runner: Runner, cluster_name: str = ""):
+    def __init__(self, runner: Runner, cluster_name: str = "", submit_once: bool = False):
         self.runner = runner
         self.cluster_name = cluster_name
+        # Over SSH an answer can be lost after sbatch ran: submit through the
+        # once-per-token wrapper so that retrying is always safe.
+        self.submit_once = submit_once
         self._json = None  # unknown until the first squeue call tells us
 
     def describe(self):
@@ -95,8 +102,9 @@ class CommandBackend(SlurmBackend):
         raise SlurmCommandError("%s failed%s: %s" % (what, where, message), argv=result.argv,
                                 returncode=result.returncode, stderr=result.stderr)
 
-    def submit(self, script):
-        result = self._check(self._run(commands.sbatch(), stdin=script), "sbatch")
+    def submit(self, script, token=None):
+        argv = commands.sbatch_once(token) if (self.submit_once and token) else commands.sbatch()
+        result = self._check(self._run(argv, stdin=script), "sbatch")
         return parsers.parse_sbatch_parsable(result.stdout)
 
     def estimate_start(self, script):

@@ -25,6 +25,46 @@ def sbatch(test_only: bool = False) -> List[str]:
     return ["sbatch", "--parsable"]
 
 
+# The last line of every script slurmkit submits; the submit-once wrapper
+# refuses a script without it (a connection cut mid-transfer truncates stdin,
+# and sbatch would happily submit half a script).
+SCRIPT_TRAILER = "# end of slurmkit job script"
+
+# Submit at most once per token, on the cluster's own login node: under a
+# per-user, per-token lock, an existing job carrying the token is reported
+# instead of submitting again.  A retry after a lost answer therefore never
+# creates a second job, even while the first sbatch is still running.
+# Constant text: the token arrives as "$1", never spliced into the script.
+SUBMIT_ONCE_SCRIPT = r"""set -u
+tok=$1
+f=$(mktemp) || exit 1
+trap 'rm -f "$f"' EXIT
+cat > "$f"
+if [ "$(tail -n 1 "$f")" != "# end of slurmkit job script" ]; then
+  echo "sbatch: error: slurmkit: the job script arrived incomplete; nothing was submitted" >&2
+  exit 3
+fi
+exec 9>"${TMPDIR:-/tmp}/slurmkit-submit-$(id -u)-$tok.lock"
+if ! flock -w 60 9; then
+  echo "sbatch: error: slurmkit: another submission with token $tok is still running" >&2
+  exit 4
+fi
+existing=$(squeue --noheader --states=all --user="$(id -un)" --format='%i %k' |
+           awk -v t="slurmkit:$tok" '$2 == t { print $1; exit }')
+if [ -n "$existing" ]; then
+  echo "slurmkit: job $existing already carries token $tok" >&2
+  echo "$existing"
+  exit 0
+fi
+sbatch --parsable "$f"
+"""
+
+
+def sbatch_once(token: str) -> List[str]:
+    """Submit the script on stdin unless a job with ``token`` exists (see SUBMIT_ONCE_SCRIPT)."""
+    return ["sh", "-c", SUBMIT_ONCE_SCRIPT, "slurmkit-submit", token]
+
+
 def squeue_json(job_ids: Optional[Iterable[str]] = None, user: Optional[str] = None) -> List[str]:
     argv = ["squeue", "--json", "--states=all"]
     if job_ids:

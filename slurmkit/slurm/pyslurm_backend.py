@@ -615,7 +615,7 @@ class PyslurmBackend(CommandBackend):
 
     # -- jobs ------------------------------------------------------------------
 
-    def submit(self, script):
+    def submit(self, script, token=None):
         kw = None
         if not any(k.startswith("SBATCH_") or k in _SBATCH_INPUT_ENV for k in os.environ):
             # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
@@ -623,7 +623,7 @@ class PyslurmBackend(CommandBackend):
             kw = submit_description(sbatch_directives(script))
         if kw is None:
             self.last_submit_via = "sbatch"
-            return super().submit(script)
+            return super().submit(script, token)
         kw["script"] = script
         kw["environment"] = _submit_environment(getattr(self.runner, "extra_env", None))
         try:
@@ -631,7 +631,7 @@ class PyslurmBackend(CommandBackend):
         except (AttributeError, TypeError):
             # An attribute this pyslurm build does not have: let sbatch do it.
             self.last_submit_via = "sbatch"
-            return super().submit(script)
+            return super().submit(script, token)
         try:
             job_id = self._rpc("submit", desc.submit)
         except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"

@@ -67,7 +67,7 @@ class LocalRunner(Runner):
                 "%s is not installed or not on PATH; run slurmkit on a login node of the cluster" % argv[0]) from None
         except subprocess.TimeoutExpired:
             raise ConnectTimeoutError("%s did not answer within %ss; slurmctld may be overloaded or down"
-                                      % (argv[0], timeout or self.default_timeout)) from None
+                                      % (argv[0], timeout or self.default_timeout)).outcome_unknown() from None
         return CommandResult(argv, proc.returncode, proc.stdout, proc.stderr)
 
     def describe(self):

@@ -28,3 +28,4 @@ export HCCL_EXEC_TIMEOUT=1800
 export HCCL_BUFFSIZE=200
 
 srun --kill-on-bad-exit=1 python train.py --lr 3e-4
+# end of slurmkit job script

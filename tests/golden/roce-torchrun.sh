@@ -35,3 +35,4 @@ srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
     torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 \
     --rdzv-backend=c10d --rdzv-endpoint="$head_node:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" \
     train.py --lr 3e-4
+# end of slurmkit job script
