@@ -114,20 +114,34 @@ def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":
 
 
 def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = None
-           ) -> Tuple[List[Tuple[JobRef, JobInfo]], List[JobRef]]:
-    """(found, missing): one squeue per cluster, whatever the number of jobs.
+           ) -> Tuple[List[Tuple[JobRef, JobInfo]], List[JobRef], List[Tuple[str, str]]]:
+    """(found, missing, unreachable clusters with the reason).
 
-    Without refs: the user's slurmkit jobs (comment ``slurmkit:...``) on the
-    default cluster.
+    With refs: one squeue per cluster involved, whatever the number of jobs.
+    Without: the user's slurmkit jobs (comment ``slurmkit:...``) on every
+    cluster of the site, asked in parallel; a cluster that cannot be reached
+    is reported, not fatal.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     found: List[Tuple[JobRef, JobInfo]] = []
     missing: List[JobRef] = []
+    unreachable: List[Tuple[str, str]] = []
     if not refs:
-        cluster = session.site.cluster().name
-        for job in session.backend(cluster).jobs(user=user):
-            if job.comment.startswith("slurmkit:"):
-                found.append((JobRef(cluster, job.job_id), job))
-        return found, missing
+        names = list(session.site.clusters)
+
+        def mine(cluster):
+            try:
+                return [j for j in session.backend(cluster).jobs(user=user) if j.comment.startswith("slurmkit:")], None
+            except SlurmkitError as exc:
+                return [], str(exc)
+
+        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+            for cluster, (jobs_there, error) in zip(names, pool.map(mine, names)):
+                if error:
+                    unreachable.append((cluster, error))
+                found.extend((JobRef(cluster, j.job_id), j) for j in jobs_there)
+        return found, missing, unreachable
     for cluster, ids in _group(refs).items():
         backend = session.backend(cluster)
         by_id: Dict[str, JobInfo] = {j.job_id: j for j in backend.jobs(ids)}
@@ -139,7 +153,7 @@ def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = 
                 found.append((JobRef(cluster, job_id), by_id[job_id]))
             else:
                 missing.append(JobRef(cluster, job_id))
-    return found, missing
+    return found, missing, unreachable
 
 
 def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:

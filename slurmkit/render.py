@@ -245,6 +245,10 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             raise UsageError("--comm heavy needs the cluster's topology; it could not be read, "
                              "so give the leaf switch count with --switches N")
     ntasks = 1 if template_name in ("torchrun", "single") else max(gpus, 1)
+    if ntasks * (spec.cpus_per_task or 1) > partition.cpus_per_node:
+        raise JobDoesNotFitError(
+            "template %s starts %d tasks per node x %d CPUs each, but partition %s on cluster %s has %d CPUs per node"
+            % (template_name, ntasks, spec.cpus_per_task or 1, partition.name, cluster.name, partition.cpus_per_node))
     name = spec.name or Path(spec.command[0]).name
     warnings = fabric.lint(partition, "partition %s" % partition.name)
     launch_args, runs_python = launcher_command(spec.command)

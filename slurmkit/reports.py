@@ -94,3 +94,23 @@ def job_summary(session, ref, job) -> dict:
     except SlurmkitError:
         leaves = []
     return dict(job.to_dict(), id=str(ref), leaf_switches=leaves)
+
+
+def candidates_table(placement) -> str:
+    """The federation's candidates, best first, with why each one was skipped."""
+    chosen = placement.submission.ref.cluster if placement.submission else None
+    failed = dict(placement.failovers)
+    rows = []
+    for c in placement.candidates:
+        mark = "*" if c.cluster == chosen and c.viable else ""
+        note = c.reason or failed.get(c.cluster, "")
+        rows.append(["%s%s" % (mark, c.cluster), c.partition or "-",
+                     c.estimate.strftime("%Y-%m-%dT%H:%M:%S") if c.estimate else "-",
+                     "%.2f" % c.price if c.price is not None else "-", c.skip or ("failed" if note else "ok"), note])
+    return format_table(rows, ["CLUSTER", "PARTITION", "ESTIMATED START", "PRICE/GPU-H", "STATUS", "REASON"])
+
+
+def format_table(rows, headers) -> str:
+    """Left-aligned columns, two spaces apart, header first."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [headers] + rows)

@@ -4,6 +4,7 @@ import json
 
 import click
 
+from slurmkit.reports import format_table
 from slurmkit.cli.options import (cluster_option, job_options, job_spec_from, json_option, pass_session,
                                   site_option)
 
@@ -47,32 +48,51 @@ def render(session, cluster, **kwargs):
 
 @cli.command(context_settings=CONTEXT)
 @site_option
-@cluster_option
+@click.option("--cluster", "-M", metavar="NAME|auto|A,B",
+              help="Cluster of the site; 'auto' (all clusters) or a comma list picks the one where the job "
+                   "starts soonest, failing over when one is down (default: the site's default cluster).")
+@click.option("--accel", metavar="MODEL[,MODEL]",
+              help="Accelerators the job accepts, e.g. h100,a100 or ascend910b (models, vendors or 'none'); "
+                   "searches every matching partition.")
+@click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
+                                               "was skipped (on stderr).")
+@click.option("--dry-run", is_flag=True, help="Only plan: print the candidates, submit nothing.")
 @job_options
 @json_option
 @pass_session
-def submit(session, cluster, as_json, **kwargs):
+def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
-    Example:
+    Examples:
       slurmkit submit --site mysite --partition gpu --nodes 4 --gpus-per-node 8 \\
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
+      slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
     """
-    from slurmkit import jobs
+    from slurmkit import federation, jobs, reports
 
-    submission = jobs.submit(session, job_spec_from(kwargs), cluster, kwargs.pop("partition"))
-    _warn(submission.rendered.warnings)
-    if as_json:
-        _print_json(submission.to_dict())
-    else:
-        click.echo(str(submission.ref))
-
-
-def _format_table(rows, headers):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [headers] + rows]
-    return "\n".join(lines)
+    partition = kwargs.pop("partition")
+    spec = job_spec_from(kwargs)
+    if not (explain or dry_run or accel or (cluster and (cluster == "auto" or "," in cluster))):
+        submission = jobs.submit(session, spec, cluster, partition)
+        _warn(submission.rendered.warnings)
+        click.echo(json.dumps(submission.to_dict(), indent=2, sort_keys=True) if as_json else str(submission.ref))
+        return 0
+    names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
+    placement = federation.submit_best(session, spec, names, partition, federation.parse_accel(accel),
+                                       dry_run=dry_run)
+    if explain or (dry_run and not as_json):
+        # With --dry-run the table is the result (stdout); with --explain it is commentary (stderr).
+        click.echo(reports.candidates_table(placement), err=explain)
+    if placement.submission is None:
+        if as_json:
+            _print_json(placement.to_dict())
+        return 0
+    _warn(placement.submission.rendered.warnings)
+    for failed, why in placement.failovers:
+        _warn(["cluster %s failed, used the next one: %s" % (failed, why)])
+    click.echo(json.dumps(placement.to_dict(), indent=2, sort_keys=True) if as_json
+               else str(placement.submission.ref))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -82,23 +102,25 @@ def _format_table(rows, headers):
 @click.argument("job_ids", nargs=-1, metavar="[JOB]...")
 @pass_session
 def status(session, user, as_json, job_ids):
-    """Show jobs (CLUSTER:JOBID or JOBID); without ids, your slurmkit jobs.
+    """Show jobs (CLUSTER:JOBID or JOBID); without ids, your slurmkit jobs on every cluster.
 
     Exits 1 when a job id is unknown to its cluster.
     """
     from slurmkit import jobs
 
     refs = [jobs.parse_ref(j, session) for j in job_ids]
-    found, missing = jobs.status(session, refs, user=user)
+    found, missing, unreachable = jobs.status(session, refs, user=user)
+    _warn("cluster %s not reachable: %s" % pair for pair in unreachable)
     if as_json:
         _print_json({"jobs": [dict(j.to_dict(), id=str(ref), cluster=ref.cluster) for ref, j in found],
-                     "missing": [str(ref) for ref in missing]})
+                     "missing": [str(ref) for ref in missing],
+                     "unreachable": [{"cluster": c, "reason": r} for c, r in unreachable]})
     else:
         rows = [[str(ref), j.name, j.state, j.partition, j.node_count,
                  j.nodelist if j.nodelist else "(%s)" % j.reason,
                  j.start_time.strftime("%Y-%m-%dT%H:%M:%S") if j.start_time else "-"] for ref, j in found]
         if rows:
-            click.echo(_format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"]))
+            click.echo(format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"]))
         for ref in missing:
             click.echo("Error: job %s is not known to cluster %s" % (ref, ref.cluster), err=True)
     return 1 if missing else 0
@@ -152,7 +174,7 @@ def templates(site):
     site_obj = find_site(site) if site else None
     found = rendering.available_templates(site_obj)
     rows = [[name, rendering.template_description(path), str(path)] for name, path in sorted(found.items())]
-    click.echo(_format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"]))
+    click.echo(format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"]))
 
 
 @cli.command(context_settings=CONTEXT)

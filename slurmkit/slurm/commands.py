@@ -14,14 +14,21 @@ SQUEUE_FIELDS = ("%i", "%j", "%T", "%P", "%D", "%N", "%S", "%l", "%u", "%r", "%k
 SQUEUE_DELIMITER = "\x1f"  # ASCII unit separator: not typed by users, kept by squeue
 
 
+# A stopped slurmctld makes sbatch retry for ~18 s and squeue for ~9 s, while
+# `scontrol ping` answers at once: ask it first where failing fast matters.
+_CTLD_PING = ('scontrol ping >/dev/null 2>&1 || { echo "sbatch: error: Unable to contact slurm controller '
+              '(scontrol ping: DOWN)" >&2; exit 1; }\n')
+
+
 def sbatch(test_only: bool = False) -> List[str]:
     """Submit the script given on standard input.
 
     The script travels on stdin (not as a file) so the same argv works on a
-    remote login node without copying files first.
+    remote login node without copying files first.  ``test_only`` asks for a
+    start estimate (after a controller ping, so a down cluster fails fast).
     """
     if test_only:
-        return ["sbatch", "--test-only"]
+        return ["sh", "-c", _CTLD_PING + "exec sbatch --test-only", "slurmkit-estimate"]
     return ["sbatch", "--parsable"]
 
 
@@ -36,6 +43,8 @@ SCRIPT_TRAILER = "# end of slurmkit job script"
 # creates a second job, even while the first sbatch is still running.
 # Constant text: the token arrives as "$1", never spliced into the script.
 SUBMIT_ONCE_SCRIPT = r"""set -u
+scontrol ping >/dev/null 2>&1 || {
+  echo "sbatch: error: Unable to contact slurm controller (scontrol ping: DOWN); nothing was submitted" >&2; exit 1; }
 tok=$1
 f=$(mktemp) || exit 1
 trap 'rm -f "$f"' EXIT

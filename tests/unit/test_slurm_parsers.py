@@ -14,7 +14,8 @@ DATA = Path(__file__).parent / "data"
 
 def test_sbatch_argv_reads_the_script_from_stdin():
     assert commands.sbatch() == ["sbatch", "--parsable"]
-    assert commands.sbatch(test_only=True) == ["sbatch", "--test-only"]
+    test_only = commands.sbatch(test_only=True)
+    assert test_only[:2] == ["sh", "-c"] and test_only[2].endswith("exec sbatch --test-only")
 
 
 def test_squeue_argv_asks_for_many_jobs_in_one_call():

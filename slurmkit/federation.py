@@ -1,0 +1,256 @@
+"""Federation: place a job on the best of several independent clusters.
+
+Sites rarely share one slurmdbd or munge key across data centres, so Slurm's
+own federation does not reach across them.  Here every cluster is reached on
+its own (locally or over SSH to its login node) and:
+
+1. **Eligibility** (pure): a partition fits when its accelerator vendor/model
+   is acceptable (``--accel h100,a100``), and GPUs per node, node count, CPUs
+   and time fit its limits (the same check ``render`` applies).
+2. **Estimates**: the job is rendered for each eligible cluster with that
+   cluster's own fabric, topology and partition, and ``sbatch --test-only``
+   asks each cluster, in parallel, when it would start.
+3. **Ranking**: earliest estimated start, then the price per GPU-hour at that
+   time, then the site's cluster order.
+4. **Submission with failover**: the best cluster gets the job.  A cluster
+   that cannot be reached is skipped (and cooled down when it keeps failing)
+   and the next one is tried.  When an answer is lost after the job may have
+   been created, slurmkit never moves on to another cluster: it retries the
+   same one with the same token, which the cluster-side submit-once wrapper
+   turns into "report the existing job".
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from slurmkit.cooldown import Cooldown
+from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
+                             SlurmUnavailableError)
+from slurmkit.jobs import JobRef, Submission, new_token, prepare
+from slurmkit.render import JobSpec, RenderedJob, check_fit, gres_name
+from slurmkit.session import Session
+from slurmkit.site.model import Cluster, Partition, Site
+
+SUBMIT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Candidate:
+    cluster: str
+    partition: Optional[str]
+    order: int
+    reason: Optional[str] = None          # why it was skipped; None when it got an estimate
+    skip: Optional[str] = None            # "ineligible", "cooling", "unreachable" or "refused"
+    estimate: Optional[datetime] = None
+    price: Optional[float] = None
+    rendered: Optional[RenderedJob] = None
+
+    @property
+    def viable(self) -> bool:
+        return self.reason is None and self.estimate is not None
+
+    def rank_key(self):
+        # Estimates are compared to the minute: clusters asked a second apart
+        # for "now" are equally fast, and the price should decide.
+        minute = self.estimate.replace(second=0, microsecond=0) if self.estimate else None
+        return (minute, float("inf") if self.price is None else self.price, self.order)
+
+    def to_dict(self):
+        return {"cluster": self.cluster, "partition": self.partition, "viable": self.viable, "skip": self.skip,
+                "estimate": self.estimate.isoformat() if self.estimate else None, "price_per_gpu_hour": self.price,
+                "reason": self.reason, "switches": self.rendered.switches if self.rendered else None}
+
+
+@dataclass(frozen=True)
+class Placement:
+    submission: Optional[Submission]       # None for a dry run
+    candidates: Tuple[Candidate, ...]      # ranked: viable first, best first
+    failovers: Tuple[Tuple[str, str], ...] = ()  # (cluster, why submitting there failed)
+
+    def to_dict(self):
+        data = self.submission.to_dict() if self.submission else {"id": None}
+        data["candidates"] = [c.to_dict() for c in self.candidates]
+        data["failovers"] = [{"cluster": c, "reason": r} for c, r in self.failovers]
+        return data
+
+
+def parse_accel(text: Optional[str]) -> Tuple[str, ...]:
+    return tuple(t.strip().lower() for t in (text or "").split(",") if t.strip())
+
+
+def accel_matches(partition: Partition, accel: Sequence[str]) -> bool:
+    """Whether the partition's accelerators are among the acceptable ones.
+
+    A token names a model (``h100``, ``ascend910b``), a vendor (``nvidia``,
+    ``ascend``), a gres name (``gpu``, ``npu``) or ``none``/``cpu``.
+    """
+    if not accel:
+        return True
+    names = {partition.accelerator.lower()}
+    if partition.accelerator == "none":
+        names |= {"cpu"}
+    else:
+        names |= {(partition.gpu_model or "").lower(), gres_name(partition)}
+    return bool(names & set(accel))
+
+
+def partition_choices(site: Site, cluster: Cluster, spec: JobSpec, partition: Optional[str],
+                      accel: Sequence[str]) -> Tuple[List[Partition], Optional[str]]:
+    """(eligible partitions of ``cluster``, why none is eligible)."""
+    if partition:
+        if partition not in cluster.partitions:
+            return [], "no partition %r (has: %s)" % (partition, ", ".join(sorted(cluster.partitions)))
+        pool = [cluster.partitions[partition]]
+    elif accel:
+        pool = list(cluster.partitions.values())
+    else:
+        default = cluster.default_partition or site.defaults.partition
+        pool = [cluster.partitions[default]] if default in cluster.partitions else list(cluster.partitions.values())
+    reasons = []
+    eligible = []
+    for part in pool:
+        if not accel_matches(part, accel):
+            reasons.append("partition %s has %s, not %s" % (part.name, part.gpu_model or part.accelerator,
+                                                             "/".join(accel)))
+            continue
+        gpus = part.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
+        try:
+            check_fit(spec, part, cluster, gpus, spec.time or site.defaults.time)
+        except JobDoesNotFitError as exc:
+            reasons.append(str(exc))
+            continue
+        eligible.append(part)
+    return eligible, (None if eligible else "; ".join(reasons) or "no partition")
+
+
+def price_at(cluster: Cluster, when: datetime) -> Optional[float]:
+    """The cluster's price per GPU-hour at ``when`` (local time), if the site set one."""
+    hour = when.hour
+    for window in cluster.price_per_gpu_hour:
+        start, end = window.start_hour, window.end_hour
+        inside = start <= hour < end if start < end else (hour >= start or hour < end)
+        if inside or (start == 0 and end == 24):
+            return window.price
+    return None
+
+
+def _is_unreachable(exc: SlurmkitError) -> bool:
+    return isinstance(exc, (RemoteError, SlurmUnavailableError, ConnectTimeoutError))
+
+
+def _estimate_cluster(session: Session, spec: JobSpec, cluster: Cluster, order: int, parts: List[Partition],
+                      cooldown: Cooldown) -> List[Candidate]:
+    """Render and ``sbatch --test-only`` each eligible partition of one cluster."""
+    out = []
+    for part in parts:
+        try:
+            if spec.comm == "heavy" and spec.switches is None:
+                session.layout(cluster)  # surfaces an unreachable cluster as such; prepare() reuses it
+            rendered = prepare(session, spec, cluster.name, part.name)
+            estimate = session.backend(cluster.name).estimate_start(rendered.script)
+        except SlurmkitError as exc:
+            if _is_unreachable(exc):
+                cooldown.failure(cluster.name, str(exc))
+                # The cluster is down: its other partitions would fail the same way.
+                return out + [Candidate(cluster.name, p.name, order, reason=str(exc), skip="unreachable")
+                              for p in parts[len(out):]]
+            out.append(Candidate(cluster.name, part.name, order, reason=str(exc), skip="refused"))
+            continue
+        cooldown.success(cluster.name)
+        out.append(Candidate(cluster.name, part.name, order, estimate=estimate.start,
+                             price=price_at(cluster, estimate.start), rendered=rendered))
+    return out
+
+
+def plan(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = None, partition: Optional[str] = None,
+         accel: Sequence[str] = (), cooldown: Optional[Cooldown] = None, max_workers: int = 8) -> List[Candidate]:
+    """Every candidate (cluster, partition), ranked: viable ones first, best first.
+
+    ``spec`` must carry its token: every cluster renders the same job.
+    """
+    site = session.site
+    cooldown = cooldown or Cooldown()
+    names = list(clusters) if clusters else list(site.clusters)
+    for name in names:
+        site.cluster(name)  # unknown names: a UsageError listing the clusters
+    skipped: List[Candidate] = []
+    work = []
+    for order, name in enumerate(names):
+        cluster = site.clusters[name]
+        parts, why = partition_choices(site, cluster, spec, partition, accel)
+        if not parts:
+            skipped.append(Candidate(name, partition, order, reason=why, skip="ineligible"))
+            continue
+        cooling = cooldown.check(name)
+        if cooling:
+            skipped.append(Candidate(name, parts[0].name, order, reason=cooling, skip="cooling"))
+            continue
+        work.append((cluster, order, parts))
+    results: List[Candidate] = []
+    if work:
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(work))) as pool:
+            for found in pool.map(lambda w: _estimate_cluster(session, spec, w[0], w[1], w[2], cooldown), work):
+                results.extend(found)
+    viable = sorted((c for c in results if c.viable), key=Candidate.rank_key)
+    rest = sorted((c for c in results + skipped if not c.viable), key=lambda c: c.order)
+    return viable + rest
+
+
+def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callable[[float], None]) -> Submission:
+    """Submit on one cluster; retry *there* while the outcome is unknown (the token makes it safe)."""
+    backend = session.backend(candidate.cluster)
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        try:
+            if attempt > 1 and not getattr(backend, "submit_once", False):
+                # Without the cluster-side wrapper, look for the token ourselves first.
+                existing = [j for j in backend.find_by_token("slurmkit:" + token) if j.comment == "slurmkit:" + token]
+                if existing:
+                    return Submission(JobRef(candidate.cluster, existing[0].job_id), candidate.rendered, token,
+                                      existed=True)
+            job_id = backend.submit(candidate.rendered.script, token=token)
+            return Submission(JobRef(candidate.cluster, job_id), candidate.rendered, token)
+        except SlurmkitError as exc:
+            if not exc.may_have_run:
+                raise
+            if attempt == SUBMIT_ATTEMPTS:
+                raise SlurmkitError(
+                    "the job may have been created on cluster %s but its answer was lost %d times (%s); not trying "
+                    "another cluster, which could create a duplicate: rerun the same command with --token %s "
+                    "--cluster %s to finish safely" % (candidate.cluster, attempt, exc, token, candidate.cluster)
+                ).outcome_unknown() from None
+            sleep(min(2.0 * attempt, 5.0))
+    raise AssertionError("unreachable")
+
+
+def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = None,
+                partition: Optional[str] = None, accel: Sequence[str] = (), cooldown: Optional[Cooldown] = None,
+                dry_run: bool = False, sleep: Callable[[float], None] = time.sleep) -> Placement:
+    """Plan, then submit to the best cluster, failing over to the next ones."""
+    cooldown = cooldown or Cooldown()
+    token = spec.token or new_token()
+    spec = replace(spec, token=token)
+    candidates = plan(session, spec, clusters, partition, accel, cooldown)
+    if dry_run:
+        return Placement(None, tuple(candidates))
+    failovers: List[Tuple[str, str]] = []
+    for candidate in (c for c in candidates if c.viable):
+        try:
+            submission = _submit_to(session, candidate, token, sleep)
+        except SlurmkitError as exc:
+            if exc.may_have_run:
+                raise
+            if _is_unreachable(exc):
+                cooldown.failure(candidate.cluster, str(exc))
+            failovers.append((candidate.cluster, str(exc)))
+            continue
+        cooldown.success(candidate.cluster)
+        return Placement(submission, tuple(candidates), tuple(failovers))
+    reasons = ["%s: %s" % (c, r) for c, r in failovers] + \
+              ["%s%s: %s" % (c.cluster, "/" + c.partition if c.partition else "", c.reason)
+               for c in candidates if not c.viable]
+    if not failovers and all(c.skip == "ineligible" for c in candidates):
+        raise JobDoesNotFitError("the job fits no cluster: " + "; ".join(reasons))
+    raise SlurmkitError("no cluster took the job: " + "; ".join(reasons))
