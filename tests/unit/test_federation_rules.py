@@ -1,0 +1,109 @@
+"""The pure rules of federation: eligibility, prices, ranking, cool-down."""
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from slurmkit import federation
+from slurmkit.cooldown import Cooldown
+from slurmkit.render import JobSpec
+from slurmkit.site import load_site
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = load_site(str(ROOT / "site_configs" / "local.yaml"))
+SPEC = JobSpec(command=("true",), nodes=1, gpus_per_node=1, time="00:10:00")
+
+
+def test_parse_accel():
+    assert federation.parse_accel(" H100, a100 ,") == ("h100", "a100")
+    assert federation.parse_accel(None) == ()
+
+
+@pytest.mark.parametrize("cluster,partition,accel,expected", [
+    ("alpha", "gpu", ("h100",), True), ("alpha", "gpu", ("a100",), False), ("alpha", "gpu", ("nvidia",), True),
+    ("gamma", "npu", ("ascend910b",), True), ("gamma", "npu", ("npu",), True), ("gamma", "npu", ("nvidia",), False),
+    ("alpha", "cpu", ("none",), True), ("alpha", "cpu", ("cpu",), True), ("alpha", "cpu", ("h100",), False),
+    ("alpha", "gpu", (), True)])
+def test_accel_matches(cluster, partition, accel, expected):
+    assert federation.accel_matches(SITE.clusters[cluster].partitions[partition], accel) is expected
+
+
+def _choices(cluster, spec=SPEC, partition=None, accel=()):
+    parts, why = federation.partition_choices(SITE, SITE.clusters[cluster], spec, partition, accel)
+    return [p.name for p in parts], why
+
+
+def test_default_partition_only_without_accel():
+    assert _choices("alpha") == (["gpu"], None)
+    assert _choices("gamma") == (["npu"], None)
+
+
+def test_accel_searches_every_partition():
+    assert _choices("alpha", JobSpec(command=("x",), gpus_per_node=0), accel=("none",)) == (["cpu"], None)
+
+
+def test_ineligible_reasons_name_the_limit():
+    parts, why = _choices("beta", JobSpec(command=("x",), nodes=1, gpus_per_node=6))
+    assert parts == [] and "asks for 6 gpu per node" in why and "has 4 per node" in why
+    parts, why = _choices("gamma", JobSpec(command=("x",), nodes=3, gpus_per_node=1))
+    assert parts == [] and "3 nodes" in why
+    parts, why = _choices("alpha", partition="nope")
+    assert parts == [] and "no partition 'nope'" in why
+
+
+def test_price_windows_wrap_midnight():
+    beta = SITE.clusters["beta"]   # 08-20: 3.0, 20-08: 1.2
+    assert federation.price_at(beta, datetime(2026, 1, 1, 12)) == 3.0
+    assert federation.price_at(beta, datetime(2026, 1, 1, 20)) == 1.2
+    assert federation.price_at(beta, datetime(2026, 1, 1, 3)) == 1.2
+    assert federation.price_at(SITE.clusters["alpha"], datetime(2026, 1, 1, 3)) == 4.0
+
+
+def _cand(cluster, order, start, price):
+    return federation.Candidate(cluster, "gpu", order, estimate=start, price=price)
+
+
+def test_ranking_start_then_price_then_site_order():
+    t = datetime(2026, 1, 1, 12, 0, 0)
+    later = datetime(2026, 1, 1, 12, 5, 0)
+    same_minute = datetime(2026, 1, 1, 12, 0, 40)
+    ranked = sorted([_cand("a", 0, later, 0.5), _cand("b", 1, same_minute, 2.0), _cand("c", 2, t, 2.0),
+                     _cand("d", 3, t, 1.0), _cand("e", 4, t, None)], key=federation.Candidate.rank_key)
+    # d: cheapest now; b and c equal in start (same minute) and price -> site order; e has no price;
+    # a is cheapest of all but starts five minutes later.
+    assert [c.cluster for c in ranked] == ["d", "b", "c", "e", "a"]
+
+
+def test_cooldown_after_repeated_failures(tmp_path):
+    now = [1000.0]
+    cd = Cooldown(tmp_path / "cd.json", clock=lambda: now[0], threshold=2, base=60, cap=200)
+    cd.failure("alpha", "Connection refused")
+    assert cd.check("alpha") is None                   # one failure is not a pattern
+    cd.failure("alpha", "Connection refused")
+    assert "after 2 failures in a row (last: Connection refused)" in cd.check("alpha")
+    now[0] += 61
+    assert cd.check("alpha") is None                   # cooled down: try again
+    cd.failure("alpha", "timeout")
+    now[0] += 100
+    assert cd.check("alpha") is not None               # the 3rd failure doubles the pause (120 s)
+    for _ in range(5):
+        cd.failure("alpha", "x")
+    now[0] += 201
+    assert cd.check("alpha") is None                   # capped at 200 s
+    cd.failure("alpha", "x")
+    cd.success("alpha")
+    assert cd.check("alpha") is None                   # a success clears it
+    other = Cooldown(tmp_path / "cd.json", clock=lambda: now[0], threshold=1)
+    other.failure("beta", "down")
+    assert Cooldown(tmp_path / "cd.json", clock=lambda: now[0]).check("beta") is not None  # shared on disk
+
+
+def test_cooldown_is_off_when_the_state_dir_is_not_private(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path))
+    (tmp_path / "state").mkdir(mode=0o777)
+    (tmp_path / "state").chmod(0o777)   # writable by others: its files cannot be trusted
+    cd = Cooldown(threshold=1)
+    assert cd.path is None
+    cd.failure("alpha", "x")
+    assert cd.check("alpha") is None
