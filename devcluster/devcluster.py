@@ -338,7 +338,9 @@ class Cluster:
             "MaxStartups 100:30:200",
             "MaxSessions 100",
             "LogLevel VERBOSE",
-            "SetEnv SLURM_CONF=%s" % self.slurm_conf,
+            # A login node's own HOME: the machine's root dotfiles (which may run
+            # pyenv or conda hooks in every `bash -c`) must not tax each remote command.
+            "SetEnv SLURM_CONF=%s HOME=%s" % (self.slurm_conf, self.sshd_dir / "home"),
             "Subsystem sftp internal-sftp",
             "",
         ])
@@ -614,6 +616,7 @@ def prepare_cluster(c):
     c.munge_dir.mkdir(mode=0o700, exist_ok=True)
     os.chmod(c.munge_dir, 0o700)
     c.sshd_dir.mkdir(mode=0o700, exist_ok=True)
+    (c.sshd_dir / "home").mkdir(mode=0o700, exist_ok=True)
     for i in range(c.gres_count):
         make_fake_device(c.dev_dir / ("%s%d" % (c.spec["devname"], i)))
     if not c.munge_key.exists():
