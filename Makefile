@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 include devcluster/cluster.mk
 
-.PHONY: help venv test unit integration demo bench clean
+.PHONY: help venv compile test unit integration demo bench clean
 
 help:
 	@echo "make test      install everything, start the local clusters, run all tests, stop the clusters"
@@ -29,15 +29,20 @@ $(VENV)/.installed: setup.cfg pyproject.toml | install-python
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]' --config-settings editable_mode=compat
 	touch $@
 
+# Byte-compile the package as `pip install` does for a regular install, even where
+# PYTHONDONTWRITEBYTECODE is set: every slurmkit process would otherwise recompile it.
+compile: venv
+	@$(PY) -m compileall -q slurmkit
+
 unit: venv
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # The clusters are stopped whatever the tests did; the exit status is the tests'.
-test: venv cluster-up
+test: venv compile cluster-up
 	@status=0; $(PY) -m pytest -q tests $(PYTEST_ARGS) || status=$$?; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
 
-demo: venv cluster-up
+demo: venv compile cluster-up
 	$(PY) -m slurmkit submit --site site_configs/local.yaml --cluster alpha --partition gpu \
 	    --nodes 2 --gpus-per-node 2 --comm heavy --template srun --time 5 \
 	    --output "$(CURDIR)/.devcluster/demo-%j.out" --json \
@@ -46,8 +51,9 @@ demo: venv cluster-up
 	$(PY) -m slurmkit wait --site site_configs/local.yaml \
 	    "$$($(PY) -c 'import json; print(json.load(open(".devcluster/demo-submit.json"))["id"])')"
 
-bench: venv cluster-up
+bench: venv compile cluster-up
 	$(PY) bench/bench_submit.py
+	$(PY) bench/bench_federation.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

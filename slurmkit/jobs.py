@@ -6,17 +6,21 @@ site's default cluster.  Every submission carries a unique token in its
 already exists instead of creating it twice.
 """
 
+from __future__ import annotations
+
 import re
 import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.render import JobSpec, RenderedJob, render
 from slurmkit.session import Session
-from slurmkit.slurm.types import JobInfo
+
+if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo
+    from slurmkit.slurm.types import JobInfo
 
 _REF_RE = re.compile(r"^(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>\d+)$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

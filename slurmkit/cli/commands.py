@@ -69,7 +69,7 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
       slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
     """
-    from slurmkit import federation, jobs, reports
+    from slurmkit import jobs
 
     partition = kwargs.pop("partition")
     spec = job_spec_from(kwargs)
@@ -78,6 +78,8 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
         _warn(submission.rendered.warnings)
         click.echo(json.dumps(submission.to_dict(), indent=2, sort_keys=True) if as_json else str(submission.ref))
         return 0
+    from slurmkit import federation, reports  # only multi-cluster submissions pay for these imports
+
     names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
     placement = federation.submit_best(session, spec, names, partition, federation.parse_accel(accel),
                                        dry_run=dry_run)

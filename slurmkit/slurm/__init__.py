@@ -47,7 +47,7 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
     from slurmkit.slurm.runner import LocalRunner
 
     runner = LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)
-    if forced != "commands" and prefer_pyslurm:
+    if forced != "commands" and prefer_pyslurm and (forced == "pyslurm" or _pyslurm_installed()):
         from slurmkit.slurm import pyslurm_backend
 
         reason = pyslurm_backend.unusable_reason(runner, cluster)
@@ -58,3 +58,10 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
 
             raise UsageError("SLURMKIT_BACKEND=pyslurm but pyslurm cannot be used: %s" % reason)
     return CommandBackend(runner, cluster.name)
+
+
+def _pyslurm_installed() -> bool:
+    """Cheap pre-check (no import): most machines have no pyslurm at all."""
+    import importlib.util
+
+    return importlib.util.find_spec("pyslurm") is not None

@@ -10,13 +10,17 @@ Every method costs a constant number of Slurm RPCs, whatever the number of
 jobs asked about: status of many jobs is one ``squeue`` call.
 """
 
+from __future__ import annotations
+
 import re
-from typing import Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from slurmkit.errors import SlurmCommandError, SlurmUnavailableError
 from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.runner import CommandResult, Runner
-from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
+
+if TYPE_CHECKING:  # only annotations need them; submitting must not pay for defining them
+    from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
 
 _UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
                              r"Zero Bytes were transmitted|Communication connection failure", re.I)

@@ -14,7 +14,9 @@ from typing import Dict, List, Optional
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.slurm import commands
-from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Switch, Topology
+
+# The result types are imported inside the parsers that build them: a plain
+# submission (parse_sbatch_parsable only) then never pays for defining them.
 
 _JOBID_RE = re.compile(r"^(\d+)(?:;(\S+))?$")
 
@@ -33,8 +35,10 @@ _TEST_ONLY_RE = re.compile(
     r"(?: in partition (?P<partition>\S+))?")
 
 
-def parse_test_only(stderr: str) -> StartEstimate:
+def parse_test_only(stderr: str) -> "StartEstimate":
     """``sbatch --test-only`` prints its estimate on stderr."""
+    from slurmkit.slurm.types import StartEstimate
+
     m = _TEST_ONLY_RE.search(stderr)
     if not m:
         raise SlurmCommandError("sbatch --test-only gave no start estimate: %s" % first_error_line(stderr))
@@ -111,7 +115,9 @@ def _stdout_path(job: dict) -> str:
     return path
 
 
-def parse_squeue_json(text: str) -> List[JobInfo]:
+def parse_squeue_json(text: str) -> "List[JobInfo]":
+    from slurmkit.slurm.types import JobInfo
+
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -139,7 +145,9 @@ def _slurm_datetime(text: str) -> Optional[datetime]:
         return None
 
 
-def parse_squeue_parsable(text: str) -> List[JobInfo]:
+def parse_squeue_parsable(text: str) -> "List[JobInfo]":
+    from slurmkit.slurm.types import JobInfo
+
     jobs = []
     for line in text.splitlines():
         if not line.strip():
@@ -155,7 +163,9 @@ def parse_squeue_parsable(text: str) -> List[JobInfo]:
     return jobs
 
 
-def parse_sacct(text: str) -> List[JobInfo]:
+def parse_sacct(text: str) -> "List[JobInfo]":
+    from slurmkit.slurm.types import JobInfo
+
     jobs = []
     for line in text.splitlines():
         fields = line.split("|", len(commands.SACCT_FIELDS) - 1)
@@ -177,7 +187,9 @@ def parse_key_values(line: str) -> Dict[str, str]:
     return {m.group(1): m.group(2) for m in _KV_RE.finditer(line.strip())}
 
 
-def parse_topology(text: str) -> Topology:
+def parse_topology(text: str) -> "Topology":
+    from slurmkit.slurm.types import Switch, Topology
+
     switches = []
     for line in text.splitlines():
         if not line.strip().startswith("SwitchName="):
@@ -212,7 +224,9 @@ def _gres_counts(text: str) -> Dict[str, int]:
     return counts
 
 
-def parse_nodes(text: str) -> List[NodeInfo]:
+def parse_nodes(text: str) -> "List[NodeInfo]":
+    from slurmkit.slurm.types import NodeInfo
+
     nodes = []
     for line in text.splitlines():
         if not line.startswith("NodeName="):
