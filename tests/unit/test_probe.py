@@ -1,0 +1,518 @@
+"""slurmkit.probe without a cluster: the probe script, its parser, probing with fake backends, the CLI.
+
+Recorded outputs (tests/unit/data/probe/*.json) are what ``probe_argv()``
+printed on the local dev clusters (Slurm 22.05.8): each cluster idle over
+SSH, alpha with one running 2-GPU job and one pending job, and a slurmctld
+that does not answer.
+"""
+
+import json
+import os
+import stat
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit import probe
+from slurmkit.cli.cluster_commands import clusters_command, trust_command
+from slurmkit.errors import (ConfigError, ConnectTimeoutError, HostKeyError, RemoteError, SlurmUnavailableError,
+                             UsageError)
+from slurmkit.remote import ssh
+from slurmkit.session import Session
+from slurmkit.site.model import Cluster, Defaults, LoginNode, Partition, Site
+from slurmkit.slurm.parsers import parse_nodes
+from slurmkit.slurm.runner import CommandResult, Runner
+from slurmkit.slurm.types import JobInfo
+
+DATA = Path(__file__).resolve().parent / "data" / "probe"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def recorded(name):
+    return json.loads((DATA / name).read_text())
+
+
+def parse_recorded(name, cluster=""):
+    r = recorded(name)
+    return probe.parse_probe(r["stdout"], r["stderr"], r["returncode"], cluster)
+
+
+@pytest.fixture(autouse=True)
+def _not_forced(monkeypatch):
+    # reach() must decide by the site, not by the developer's environment.
+    monkeypatch.delenv("SLURMKIT_VIA", raising=False)
+    monkeypatch.delenv("SLURMKIT_BACKEND", raising=False)
+
+
+# ------------------------------------------------------------------ the probe command
+
+def test_probe_argv_is_one_constant_shell_command():
+    argv = probe.probe_argv()
+    assert argv == ["sh", "-c", probe.PROBE_SCRIPT]
+    assert probe.probe_argv() == argv   # constant: no user values anywhere
+    for command in ("scontrol --version", "scontrol --oneliner --details show node",
+                    "scontrol --oneliner show partition", "squeue --noheader --states=PENDING --format=%i"):
+        assert command in probe.PROBE_SCRIPT
+    assert "| wc -l" in probe.PROBE_SCRIPT
+
+
+def _fake_slurm(tmp_path, scontrol_nodes_rc=0, squeue_rc=0, pending=3):
+    """A PATH with fake scontrol/squeue that print recorded-style output."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    alpha = recorded("alpha-22.05.json")["stdout"]
+    nodes = "".join(line + "\n" for line in alpha.splitlines() if line.startswith("NodeName="))
+    parts = "".join(line + "\n" for line in alpha.splitlines() if line.startswith("PartitionName="))
+    (tmp_path / "nodes.txt").write_text(nodes)
+    (tmp_path / "parts.txt").write_text(parts)
+    log = tmp_path / "calls.log"
+    scripts = {
+        "scontrol": """#!/bin/sh
+echo "scontrol $*" >> %(log)s
+case "$*" in
+  --version) echo "slurm 22.05.8" ;;
+  *"show node"*) if [ %(nrc)d -ne 0 ]; then
+       echo "slurm_load_node error: Unable to contact slurm controller (connect failure)" >&2; exit %(nrc)d; fi
+     cat %(nodes)s ;;
+  *"show partition"*) cat %(parts)s ;;
+esac
+""",
+        "squeue": """#!/bin/sh
+echo "squeue $*" >> %(log)s
+i=0; while [ $i -lt %(pending)d ]; do echo $((100 + i)); i=$((i + 1)); done
+if [ %(qrc)d -ne 0 ]; then echo "squeue: error: Invalid user" >&2; fi
+exit %(qrc)d
+""",
+    }
+    for name, text in scripts.items():
+        path = bin_dir / name
+        path.write_text(text % {"log": log, "nrc": scontrol_nodes_rc, "qrc": squeue_rc, "pending": pending,
+                                "nodes": tmp_path / "nodes.txt", "parts": tmp_path / "parts.txt"})
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return bin_dir, log
+
+
+def _run_script(bin_dir):
+    from slurmkit.slurm.runner import LocalRunner
+
+    runner = LocalRunner({"PATH": "%s:%s" % (bin_dir, os.environ.get("PATH", "/usr/bin:/bin"))})
+    return runner.run(probe.probe_argv(), timeout=10)
+
+
+def test_probe_script_counts_pending_jobs_on_the_far_side(tmp_path):
+    bin_dir, log = _fake_slurm(tmp_path, pending=3)
+    result = _run_script(bin_dir)
+    assert result.returncode == 0
+    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
+    assert status.reachable and status.pending_jobs == 3 and status.nodes_total == 4
+    assert "\n100\n" not in result.stdout    # only the count travels back, not the job ids
+
+
+def test_probe_script_carries_squeues_exit_status_through_the_pipe(tmp_path):
+    bin_dir, _ = _fake_slurm(tmp_path, squeue_rc=1, pending=2)
+    result = _run_script(bin_dir)
+    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
+    assert not status.reachable
+    assert status.reason == "squeue failed on cluster alpha (exit 1): Invalid user"
+
+
+def test_probe_script_skips_the_other_rpcs_when_the_controller_is_down(tmp_path):
+    bin_dir, log = _fake_slurm(tmp_path, scontrol_nodes_rc=1)
+    result = _run_script(bin_dir)
+    calls = log.read_text().splitlines()
+    # each RPC against a dead slurmctld waits ~MessageTimeout: ask only once
+    assert calls == ["scontrol --version", "scontrol --oneliner --details show node"]
+    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
+    assert not status.reachable and status.version == "22.05.8"
+    assert status.reason.startswith("slurmctld of cluster alpha does not answer")
+
+
+# ------------------------------------------------------------------ parse_probe on recorded output
+
+@pytest.mark.parametrize("name,partitions,nodes,accel", [
+    ("alpha", ["gpu", "cpu"], 4, {"gpu:h100": 32}),
+    ("beta", ["gpu"], 3, {"gpu:a100": 12}),
+    ("gamma", ["npu"], 2, {"npu:ascend910b": 16}),
+])
+def test_recorded_idle_clusters(name, partitions, nodes, accel):
+    status = parse_recorded("%s-22.05.json" % name, name)
+    assert status.reachable and status.reason == ""
+    assert status.name == name and status.version == "22.05.8"
+    assert status.partitions == partitions
+    assert (status.nodes_total, status.nodes_idle) == (nodes, nodes)
+    assert {k: v["total"] for k, v in status.accelerators.items()} == accel
+    assert all(v["idle"] == v["total"] for v in status.accelerators.values())
+    assert status.pending_jobs == 0
+
+
+def test_recorded_busy_cluster():
+    # one job with 2 GPUs and 1 CPU on an1, one job pending on --begin
+    status = parse_recorded("alpha-busy-22.05.json", "alpha")
+    assert status.reachable
+    assert (status.nodes_idle, status.nodes_total) == (3, 4)
+    assert status.accelerators == {"gpu:h100": {"total": 32, "idle": 30}}
+    assert status.pending_jobs == 1
+
+
+def test_recorded_controller_down():
+    status = parse_recorded("ctld-down-22.05.json", "alpha")
+    assert not status.reachable
+    assert status.reason == ("slurmctld of cluster alpha does not answer: slurm_load_node error: "
+                             "Unable to contact slurm controller (connect failure)")
+    assert status.version == "22.05.8"          # scontrol --version needs no controller
+    assert (status.nodes_total, status.partitions, status.accelerators) == (0, [], {})
+
+
+def test_output_cut_off_mid_section_is_unreachable():
+    r = recorded("alpha-22.05.json")
+    cut = r["stdout"][:r["stdout"].index("end nodes")]
+    status = probe.parse_probe(cut, "", -1, "alpha")
+    assert not status.reachable and status.reason.startswith("scontrol show node did not finish on cluster alpha")
+
+
+def test_shell_that_never_ran_the_script():
+    status = probe.parse_probe("", "bash: sh: command not found\n", 127, "x")
+    assert not status.reachable
+    assert status.reason == "the probe command failed on cluster x (exit 127): sh: command not found"
+
+
+def test_login_shell_chatter_and_missing_final_newline_are_tolerated():
+    r = recorded("beta-22.05.json")
+    stdout = "Welcome to beta!\n" + r["stdout"].replace("gpu:a100:4(S:0)", "gpu:a100:4")
+    # a command whose last line has no newline runs into the end marker
+    stdout = stdout.replace("\n" + probe.MARKER + " end partitions 0", probe.MARKER + " end partitions 0")
+    status = probe.parse_probe(stdout, r["stderr"], 0, "beta")
+    assert status.reachable and status.partitions == ["gpu"] and status.nodes_total == 3
+
+
+def test_command_not_found_on_the_far_side():
+    stdout = "%s begin version\n%s end version 127\n" % (probe.MARKER, probe.MARKER)
+    stderr = "%s begin version\nsh: 1: scontrol: not found\n%s end version 127\n" % (probe.MARKER, probe.MARKER)
+    status = probe.parse_probe(stdout, stderr, 0, "gamma")
+    assert not status.reachable
+    assert status.reason.startswith("scontrol: command not found where cluster gamma is reached")
+
+
+# ------------------------------------------------------------------ idle/total arithmetic
+
+def node(name, state="IDLE", gres="gpu:h100:8", used="gpu:h100:0(IDX:N/A)", cpus=4, alloc=0):
+    return ("NodeName=%s CPUAlloc=%d CPUTot=%d Gres=%s GresUsed=%s State=%s Partitions=gpu"
+            % (name, alloc, cpus, gres, used, state))
+
+
+def summarize_lines(*lines, **kw):
+    return probe.summarize("c", "22.05.8", parse_nodes("\n".join(lines)), ["gpu"], 0, **kw)
+
+
+def test_idle_nodes_and_accelerators():
+    status = summarize_lines(
+        node("n1"),                                                          # idle
+        node("n2", "MIXED", used="gpu:h100:3(IDX:0-2)", alloc=3),            # 5 GPUs free
+        node("n3", "ALLOCATED", used="gpu:h100:8(IDX:0-7)", alloc=4),        # nothing free
+        node("n4", "IDLE+DRAIN"),                                            # free but unusable
+        node("n5", "DOWN*+NOT_RESPONDING"),                                  # unusable
+        node("n6", "MIXED", used="gpu:h100:0(IDX:N/A)", alloc=1),            # CPU job: GPUs free, node busy
+    )
+    assert status.nodes_total == 6
+    assert status.nodes_idle == 1
+    assert status.accelerators == {"gpu:h100": {"total": 48, "idle": 8 + 5 + 0 + 0 + 0 + 8}}
+
+
+def test_accelerator_kinds_are_kept_apart_and_non_devices_ignored():
+    status = summarize_lines(
+        node("n1", gres="gpu:h100:4(S:0),gpu:a100:2(S:1),shard:h100:16", used="gpu:h100:1(IDX:0),gpu:a100:0"),
+        node("n2", gres="gpu:2", used="gpu:0"),
+        node("n3", gres="npu:ascend910b:8", used="npu:ascend910b:8(IDX:0-7)", alloc=4),
+        node("n4", gres="(null)", used=""),
+    )
+    assert status.accelerators == {"gpu:h100": {"total": 4, "idle": 3}, "gpu:a100": {"total": 2, "idle": 2},
+                                   "gpu": {"total": 2, "idle": 2}, "npu:ascend910b": {"total": 8, "idle": 0}}
+    assert status.nodes_idle == 2       # n1 has a GPU in use, n3 is full
+
+
+def test_site_gres_names_count_as_accelerators():
+    line = node("n1", gres="mlu:370:4", used="mlu:370:1")
+    assert summarize_lines(line).accelerators == {}
+    status = summarize_lines(line, accelerator_gres=("gpu", "mlu"))
+    assert status.accelerators == {"mlu:370": {"total": 4, "idle": 3}}
+
+
+def test_to_dict_is_plain_json():
+    status = parse_recorded("gamma-22.05.json", "gamma")
+    data = json.loads(json.dumps(status.to_dict()))
+    assert set(data) == {"name", "reachable", "reason", "version", "partitions", "nodes_total", "nodes_idle",
+                         "accelerators", "pending_jobs", "rtt_ms", "via"}
+    assert data["accelerators"] == {"npu:ascend910b": {"total": 16, "idle": 16}}
+
+
+# ------------------------------------------------------------------ probe_cluster / probe_all
+
+def make_site(names=("alpha", "beta", "gamma"), login=True, command_timeout=60.0):
+    clusters = {}
+    for i, name in enumerate(names, 1):
+        parts = {"gpu": Partition(name="gpu", accelerator="nvidia", gpu_model="h100", gpus_per_node=8)}
+        if name == "gamma":
+            parts = {"npu": Partition(name="npu", accelerator="ascend", gpu_model="ascend910b", gres_name="npu",
+                                      gpus_per_node=8)}
+        lg = LoginNode(host="127.0.%d.2" % i, port=2222, user="root", command_timeout=command_timeout)
+        clusters[name] = Cluster(name=name, partitions=parts, login=lg if login else None)
+    return Site(name="test", path="/dev/null", clusters=clusters, defaults=Defaults(cluster=names[0]))
+
+
+class RecordedRunner(Runner):
+    """Answers the probe with a recording, after ``delay`` seconds; remembers the timeout it got."""
+
+    def __init__(self, recording, delay=0.0, error=None, where="ssh root@h:2222"):
+        self.recording, self.delay, self.error, self.where = recording, delay, error, where
+        self.calls = []
+
+    def run(self, argv, stdin=None, timeout=None):
+        self.calls.append((tuple(argv), timeout))
+        time.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        r = recorded(self.recording)
+        return CommandResult(tuple(argv), r["returncode"], r["stdout"], r["stderr"])
+
+    def describe(self):
+        return self.where
+
+
+class Backend:
+    def __init__(self, runner):
+        self.runner = runner
+
+    def close(self):
+        pass
+
+
+def session_with(runners, site=None):
+    site = site or make_site(tuple(runners))
+    return Session(site, backend_factory=lambda cluster: Backend(runners[cluster.name]))
+
+
+def test_probe_cluster_measures_and_says_how_it_got_there(monkeypatch):
+    monkeypatch.setenv("SLURMKIT_VIA", "ssh")
+    runner = RecordedRunner("beta-22.05.json")
+    ticks = iter([10.0, 10.25])
+    status = probe.probe_cluster(session_with({"beta": runner}), "beta", clock=lambda: next(ticks))
+    assert status.reachable and status.nodes_total == 3
+    assert status.rtt_ms == 250.0
+    assert status.via == "ssh root@h:2222"
+    assert runner.calls == [(tuple(probe.probe_argv()), 15.0)]   # min(command_timeout 60, 15)
+
+
+def test_probe_timeout_follows_a_shorter_command_timeout():
+    site = make_site(("beta",), command_timeout=5.0)
+    runner = RecordedRunner("beta-22.05.json")
+    probe.probe_cluster(session_with({"beta": runner}, site), "beta")
+    assert runner.calls[0][1] == 5.0
+
+
+@pytest.mark.parametrize("error", [
+    RemoteError("cannot reach login node 127.0.2.2:2222 of cluster beta: Connection refused (is sshd running?)"),
+    HostKeyError("host key of 127.0.2.2:2222 (cluster beta) is unknown: ssh-ed25519 SHA256:x; if this "
+                 "fingerprint is right, run `slurmkit site trust beta`"),
+    ConnectTimeoutError("cannot reach login node 127.0.2.2:2222 of cluster beta within 10s (connect_timeout)"),
+    SlurmUnavailableError("scontrol not found on the login node of beta"),
+    ConfigError("identity_file /nope of cluster beta does not exist;\n fix the path"),
+])
+def test_every_slurmkit_error_becomes_unreachable(error):
+    status = probe.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json", error=error)}), "beta")
+    assert not status.reachable
+    assert status.reason == " ".join(str(error).split())        # one line
+    assert status.name == "beta" and status.rtt_ms >= 0
+
+
+def test_backend_that_cannot_even_be_created_is_unreachable(monkeypatch):
+    monkeypatch.setenv("SLURMKIT_VIA", "ssh")
+    site = make_site(("alpha",), login=False)
+    status = probe.probe_cluster(Session(site), "alpha")     # SLURMKIT_VIA=ssh without a login node
+    assert not status.reachable and "has no login node" in status.reason
+
+
+def test_unknown_cluster_is_a_usage_error_not_an_unreachable_one():
+    with pytest.raises(UsageError, match="choose one of: beta"):
+        probe.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json")}), "nope")
+    with pytest.raises(UsageError):
+        probe.probe_all(session_with({"beta": RecordedRunner("beta-22.05.json")}), ["beta", "nope"])
+
+
+class PyslurmLike:
+    """A backend without a runner: answers through its own calls."""
+
+    def __init__(self):
+        r = recorded("alpha-busy-22.05.json")["stdout"]
+        self._nodes = parse_nodes(r)
+
+    def version(self):
+        return "22.05.8"
+
+    def nodes(self):
+        return self._nodes
+
+    def partitions(self):
+        return {"gpu": {}, "cpu": {}}
+
+    def jobs(self, job_ids=None, user=None):
+        return [JobInfo("1", "a", "PENDING"), JobInfo("2", "b", "RUNNING"), JobInfo("3", "c", "PENDING")]
+
+    def close(self):
+        pass
+
+
+def test_backend_without_runner_falls_back_to_its_calls():
+    site = make_site(("alpha",), login=False)
+    status = probe.probe_cluster(Session(site, backend_factory=lambda c: PyslurmLike()), "alpha")
+    assert status.reachable and status.via == "local"
+    assert status.partitions == ["gpu", "cpu"] and status.pending_jobs == 2
+    assert status.accelerators == {"gpu:h100": {"total": 32, "idle": 30}}
+
+
+def test_probe_all_is_parallel_and_in_site_order():
+    runners = {"alpha": RecordedRunner("alpha-22.05.json", delay=0.6),
+               "beta": RecordedRunner("beta-22.05.json", delay=0.6),
+               "gamma": RecordedRunner("gamma-22.05.json", delay=0.6,
+                                       error=RemoteError("cannot reach login node of gamma"))}
+    started = time.monotonic()
+    statuses = probe.probe_all(session_with(runners))
+    elapsed = time.monotonic() - started
+    assert [s.name for s in statuses] == ["alpha", "beta", "gamma"]
+    assert [s.reachable for s in statuses] == [True, True, False]
+    assert elapsed < 1.5, "3 probes of 0.6 s took %.2f s: not parallel" % elapsed
+    # names: a subset, any order, duplicates collapse; results still in site order
+    assert [s.name for s in probe.probe_all(session_with(runners), ["gamma", "alpha", "gamma"])] == ["alpha", "gamma"]
+    assert probe.probe_all(session_with(runners), []) == []
+
+
+def test_probe_all_uses_at_most_max_workers_threads():
+    active, peak, lock = [0], [0], threading.Lock()
+
+    class Counting(RecordedRunner):
+        def run(self, argv, stdin=None, timeout=None):
+            with lock:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            try:
+                return super().run(argv, stdin, timeout)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+    names = tuple("c%d" % i for i in range(6))
+    runners = {n: Counting("beta-22.05.json", delay=0.1) for n in names}
+    statuses = probe.probe_all(session_with(runners, make_site(names)), max_workers=2)
+    assert len(statuses) == 6 and all(s.reachable for s in statuses)
+    assert peak[0] == 2
+
+
+# ------------------------------------------------------------------ the CLI commands
+
+def _statuses():
+    up = parse_recorded("alpha-busy-22.05.json", "alpha")
+    return [replace(up, rtt_ms=123.4, via="ssh root@127.0.1.2:2222"),
+            probe.unreachable("gamma", "cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")]
+
+
+def invoke(command, args, **kw):
+    return CliRunner().invoke(command, args, standalone_mode=False, **kw)
+
+
+def test_clusters_table(monkeypatch):
+    monkeypatch.setattr(probe, "probe_all", lambda session, names=None: _statuses())
+    result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml")])
+    assert result.exception is None and result.return_value == 0
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["CLUSTER", "REACH", "VERSION", "PARTITIONS", "NODES", "ACCELERATORS", "PENDING",
+                                "RTT_MS", "REASON"]
+    assert lines[1].split() == ["alpha", "ok", "22.05.8", "gpu,cpu", "3/4", "h100", "30/32", "1", "123"]
+    assert lines[2].startswith("gamma") and lines[2].split()[1] == "unreachable"
+    assert lines[2].endswith("cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")
+
+
+def test_clusters_json_and_exit_codes(monkeypatch):
+    got = {}
+
+    def fake(session, names=None):
+        got["names"] = names
+        return [s for s in _statuses() if not s.reachable]
+
+    monkeypatch.setattr(probe, "probe_all", fake)
+    result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml"), "--json", "gamma"])
+    assert got["names"] == ["gamma"]
+    assert result.return_value == 1          # every cluster asked for is unreachable
+    data = json.loads(result.output)
+    assert data[0]["name"] == "gamma" and data[0]["reachable"] is False
+
+
+# site trust, with the key exchange replaced by a fixed key
+
+KEY_B64 = "AAAAC3NzaC1lZDI1NTE5AAAAIAq41eNdhjrCRAzqqP9Z0kzdQdrg7xJdXKVPCXQieA12"
+
+
+@pytest.fixture
+def trust_site(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(ssh, "SYSTEM_KNOWN_HOSTS", str(tmp_path / "no-system-known-hosts"))
+    monkeypatch.setattr(ssh, "fetch_host_key", lambda login, cluster="?", jump=False:
+                        ("ssh-ed25519", KEY_B64, ssh.fingerprint_b64(KEY_B64)))
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    text = (ROOT / "site_configs" / "local.yaml").read_text()
+    text = text.replace("known_hosts: ../.devcluster/ssh/known_hosts", "known_hosts: %s" % known)
+    text = text.replace("    login:\n      <<: *login\n      host: 127.0.3.2\n", "")   # gamma: no login node
+    site = tmp_path / "site.yaml"
+    site.write_text(text)
+    return str(site), known
+
+
+def test_trust_shows_the_fingerprint_and_writes_nothing_when_declined(trust_site):
+    site, known = trust_site
+    result = invoke(trust_command, ["--site", site, "beta"], input="n\n")
+    fp = ssh.fingerprint_b64(KEY_B64)
+    out = result.output
+    assert out.index("host key: ssh-ed25519 %s" % fp) < out.index("Trust this key? [y/N]")
+    assert "cluster beta: login node 127.0.2.2:2222" in out and "known_hosts file: %s" % known in out
+    assert result.return_value == 1 and known.read_text() == ""
+
+
+def test_trust_yes_writes_once(trust_site):
+    site, known = trust_site
+    result = invoke(trust_command, ["--site", site, "--yes", "beta"])
+    assert result.return_value == 0 and "Trust this key?" not in result.output
+    assert known.read_text() == "[127.0.2.2]:2222 ssh-ed25519 %s\n" % KEY_B64
+    again = invoke(trust_command, ["--site", site, "beta"])     # no prompt: nothing to decide
+    assert again.return_value == 0 and "already trusted (%s (line 1))" % known in again.output
+    assert known.read_text().count("\n") == 1
+
+
+def test_trust_refuses_a_revoked_key(trust_site):
+    site, known = trust_site
+    known.write_text("@revoked * ssh-ed25519 %s\n" % KEY_B64)
+    result = invoke(trust_command, ["--site", site, "--yes", "beta"])
+    assert isinstance(result.exception, HostKeyError) and "@revoked" in str(result.exception)
+    assert ssh.fingerprint_b64(KEY_B64) in str(result.exception)
+    assert known.read_text() == "@revoked * ssh-ed25519 %s\n" % KEY_B64
+
+
+def test_trust_unknown_cluster_and_cluster_without_login(trust_site):
+    site, _ = trust_site
+    result = invoke(trust_command, ["--site", site, "nope"])
+    assert isinstance(result.exception, UsageError) and "choose one of: alpha, beta, gamma" in str(result.exception)
+    result = invoke(trust_command, ["--site", site, "gamma"])
+    assert isinstance(result.exception, ConfigError) and "has no login node" in str(result.exception)
+    assert result.exception.exit_code == 2
+
+
+def test_commands_have_help():
+    for command in (clusters_command, trust_command):
+        assert command.help.strip()
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert param.help, param.opts
