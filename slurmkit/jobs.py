@@ -8,8 +8,8 @@ already exists instead of creating it twice.
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -58,7 +58,7 @@ def parse_ref(text: str, session: Session) -> JobRef:
 
 
 def new_token() -> str:
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()  # 64 random bits; os.urandom avoids importing hashlib via secrets
 
 
 def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
@@ -82,7 +82,9 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
         except SlurmkitError as exc:
             raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
                              "give the leaf switch count with --switches N" % (target.name, exc)) from None
-    return render(site, target, part, spec, layout=layout)
+    from slurmkit.render_cache import render_cached
+
+    return render_cached(site, target, part, spec, layout, render)
 
 
 def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,

@@ -219,8 +219,6 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     """
     import jinja2
 
-    from slurmkit import topology
-
     if not spec.command:
         raise UsageError("no command given; put it after '--', e.g. slurmkit submit -- python train.py")
     if spec.comm not in COMM_MODES:
@@ -240,6 +238,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         if spec.switches is not None:
             switches = spec.switches
         elif layout is not None:
+            from slurmkit import topology
+
             switches = topology.switches_for(layout, partition.name, spec.nodes)
         else:
             raise UsageError("--comm heavy needs the cluster's topology; it could not be read, "
