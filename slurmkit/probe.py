@@ -50,16 +50,19 @@ def _sh(argv: Sequence[str]) -> str:
 # Constant text: the argv builders of slurmkit.slurm.commands quoted once,
 # at import time.  Each section: begin marker, the command, end marker with
 # its exit status, written to both streams so stderr is split the same way.
-# When `scontrol show node` fails (slurmctld down: each RPC command retries
-# for about MessageTimeout seconds) the other RPCs are skipped, so a dead
-# controller costs one timeout, not three.  The pending count is computed on
+# `scontrol ping` goes first: it answers at once when slurmctld is down, where
+# every RPC command would retry for about MessageTimeout seconds; when it or
+# `scontrol show node` fails, the other RPCs are skipped.  The pending count is computed on
 # the login node (only a number travels back); squeue's own exit status is
 # carried out of the pipeline on fd 3, since POSIX sh has no pipefail.
 PROBE_SCRIPT = """m=%(marker)s
 b() { echo "$m begin $1"; echo "$m begin $1" >&2; }
 e() { echo "$m end $1 $2"; echo "$m end $1 $2" >&2; }
 b version; %(version)s; e version $?
-b nodes; %(nodes)s; r=$?; e nodes $r
+b ping; %(ping)s; r=$?; e ping $r
+if [ "$r" -eq 0 ]; then
+  b nodes; %(nodes)s; r=$?; e nodes $r
+fi
 if [ "$r" -eq 0 ]; then
   b partitions; %(partitions)s; e partitions $?
   b pending
@@ -67,7 +70,7 @@ if [ "$r" -eq 0 ]; then
   e pending "$r"
 fi
 exit 0
-""" % {"marker": MARKER, "version": _sh(commands.version()), "nodes": _sh(commands.show_nodes()),
+""" % {"marker": MARKER, "version": _sh(commands.version()), "ping": _sh(commands.ping()), "nodes": _sh(commands.show_nodes()),
        "partitions": _sh(commands.show_partition()), "pending": _sh(commands.squeue_pending_count())}
 
 
@@ -170,7 +173,7 @@ def _split(text: str, sections: Dict[str, _Section], stream: str):
         setattr(sections[current], stream, "".join(chunks))
 
 
-_WHAT = {"version": "scontrol --version", "nodes": "scontrol show node", "partitions": "scontrol show partition",
+_WHAT = {"version": "scontrol --version", "ping": "scontrol ping", "nodes": "scontrol show node", "partitions": "scontrol show partition",
          "pending": "squeue"}
 
 
@@ -190,6 +193,10 @@ def _failure(name: str, key: str, section: Optional[_Section]) -> Optional[str]:
         return ("%s: command not found where cluster%s is reached (%s); install the Slurm client commands "
                 "there or put them on the PATH of non-interactive sessions"
                 % (_WHAT[key].split()[0], " " + name if name else "", parsers.first_error_line(text)))
+    if key == "ping":  # "Slurmctld(primary) at HOST is DOWN", then a banner of asterisks
+        down = [ln.strip() for ln in (section.stdout + section.stderr).splitlines() if "DOWN" in ln]
+        return "slurmctld%s does not answer: scontrol ping: %s" % (
+            " of cluster %s" % name if name else "", down[0] if down else parsers.first_error_line(text))
     if _UNREACHABLE_RE.search(text):
         return "slurmctld%s does not answer: %s" % (" of cluster %s" % name if name else "",
                                                    parsers.first_error_line(text))
@@ -217,7 +224,7 @@ def parse_probe(stdout: str, stderr: str, returncode: int, name: str = "",
             version = parsers.parse_version(sections["version"].stdout)
         except SlurmCommandError as exc:
             problem = str(exc)
-    for key in ("nodes", "partitions", "pending"):
+    for key in ("ping", "nodes", "partitions", "pending"):
         if problem is None:
             problem = _failure(name, key, sections.get(key))
     if problem is not None:

@@ -224,3 +224,10 @@ def site_show(session, as_json):
         _print_json(reports.site_dict(session.site))
     else:
         click.echo(reports.site_text(session.site))
+
+
+# Federation commands live in their own module; registered here, the CLI's one entry point.
+from slurmkit.cli.cluster_commands import clusters_command, trust_command  # noqa: E402
+
+cli.add_command(clusters_command)
+site.add_command(trust_command)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import slurm as _slurm
+
 pytest.importorskip("paramiko")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,10 +163,10 @@ def test_stopped_slurmctld_is_unreachable(dev, home, devcluster_control):
     gamma = statuses["gamma"]
     assert gamma["reachable"] is False
     assert gamma["reason"].startswith("slurmctld of cluster gamma does not answer: ")
-    assert "Unable to contact slurm controller" in gamma["reason"]
+    assert "scontrol ping" in gamma["reason"] and "DOWN" in gamma["reason"]
     assert gamma["version"].startswith("22.05.")                 # the login node itself answered
-    # one RPC waits about MessageTimeout (10 s here); the probe skips the others
-    assert elapsed < 15 + 5, "took %.1f s" % elapsed
+    # scontrol ping answers at once; the RPC commands (which would each wait ~10 s) are skipped
+    assert elapsed < 5, "took %.1f s" % elapsed
     assert_healthy(dev, statuses["alpha"])
     assert_healthy(dev, statuses["beta"])
 
@@ -241,3 +243,29 @@ def test_site_trust_errors(dev, home, untrusted_site):
     assert proc.stderr.strip().splitlines() == [
         "Error: unknown cluster 'nope' in site 'local'; choose one of: alpha, beta, gamma"]
     assert known.read_text() == ""
+
+
+def test_probe_script_on_real_slurm_counts_pending_and_fails_fast(devcluster, devcluster_control):
+    """The probe's shell script itself, run with the real Slurm commands of gamma (no SSH)."""
+    from slurmkit.probe import parse_probe, probe_argv
+
+    env = devcluster["gamma"].env
+    held = [slurm_cmd("gamma", "sbatch", "--parsable", "--hold", "-t", "1", "-o", "/dev/null", "--wrap", "true")
+            for _ in range(2)]
+    try:
+        out = subprocess.run(probe_argv(), env=env, capture_output=True, text=True, timeout=30)
+        status = parse_probe(out.stdout, out.stderr, out.returncode, "gamma")
+        assert status.reachable and status.pending_jobs >= 2   # squeue's count crossed the pipe
+    finally:
+        slurm_cmd("gamma", "scancel", *held)
+    with devcluster_control.ctld_stopped("gamma"):
+        start = time.monotonic()
+        out = subprocess.run(probe_argv(), env=env, capture_output=True, text=True, timeout=30)
+        elapsed = time.monotonic() - start
+    status = parse_probe(out.stdout, out.stderr, out.returncode, "gamma")
+    assert not status.reachable and "scontrol ping" in status.reason and "DOWN" in status.reason
+    assert elapsed < 3   # the ping answers at once; the RPC commands would each wait ~9 s
+
+
+def slurm_cmd(cluster, *argv):
+    return _slurm(cluster, *argv).stdout.strip().split(";")[0]

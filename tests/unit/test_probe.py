@@ -60,77 +60,6 @@ def test_probe_argv_is_one_constant_shell_command():
     assert "| wc -l" in probe.PROBE_SCRIPT
 
 
-def _fake_slurm(tmp_path, scontrol_nodes_rc=0, squeue_rc=0, pending=3):
-    """A PATH with fake scontrol/squeue that print recorded-style output."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    alpha = recorded("alpha-22.05.json")["stdout"]
-    nodes = "".join(line + "\n" for line in alpha.splitlines() if line.startswith("NodeName="))
-    parts = "".join(line + "\n" for line in alpha.splitlines() if line.startswith("PartitionName="))
-    (tmp_path / "nodes.txt").write_text(nodes)
-    (tmp_path / "parts.txt").write_text(parts)
-    log = tmp_path / "calls.log"
-    scripts = {
-        "scontrol": """#!/bin/sh
-echo "scontrol $*" >> %(log)s
-case "$*" in
-  --version) echo "slurm 22.05.8" ;;
-  *"show node"*) if [ %(nrc)d -ne 0 ]; then
-       echo "slurm_load_node error: Unable to contact slurm controller (connect failure)" >&2; exit %(nrc)d; fi
-     cat %(nodes)s ;;
-  *"show partition"*) cat %(parts)s ;;
-esac
-""",
-        "squeue": """#!/bin/sh
-echo "squeue $*" >> %(log)s
-i=0; while [ $i -lt %(pending)d ]; do echo $((100 + i)); i=$((i + 1)); done
-if [ %(qrc)d -ne 0 ]; then echo "squeue: error: Invalid user" >&2; fi
-exit %(qrc)d
-""",
-    }
-    for name, text in scripts.items():
-        path = bin_dir / name
-        path.write_text(text % {"log": log, "nrc": scontrol_nodes_rc, "qrc": squeue_rc, "pending": pending,
-                                "nodes": tmp_path / "nodes.txt", "parts": tmp_path / "parts.txt"})
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return bin_dir, log
-
-
-def _run_script(bin_dir):
-    from slurmkit.slurm.runner import LocalRunner
-
-    runner = LocalRunner({"PATH": "%s:%s" % (bin_dir, os.environ.get("PATH", "/usr/bin:/bin"))})
-    return runner.run(probe.probe_argv(), timeout=10)
-
-
-def test_probe_script_counts_pending_jobs_on_the_far_side(tmp_path):
-    bin_dir, log = _fake_slurm(tmp_path, pending=3)
-    result = _run_script(bin_dir)
-    assert result.returncode == 0
-    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
-    assert status.reachable and status.pending_jobs == 3 and status.nodes_total == 4
-    assert "\n100\n" not in result.stdout    # only the count travels back, not the job ids
-
-
-def test_probe_script_carries_squeues_exit_status_through_the_pipe(tmp_path):
-    bin_dir, _ = _fake_slurm(tmp_path, squeue_rc=1, pending=2)
-    result = _run_script(bin_dir)
-    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
-    assert not status.reachable
-    assert status.reason == "squeue failed on cluster alpha (exit 1): Invalid user"
-
-
-def test_probe_script_skips_the_other_rpcs_when_the_controller_is_down(tmp_path):
-    bin_dir, log = _fake_slurm(tmp_path, scontrol_nodes_rc=1)
-    result = _run_script(bin_dir)
-    calls = log.read_text().splitlines()
-    # each RPC against a dead slurmctld waits ~MessageTimeout: ask only once
-    assert calls == ["scontrol --version", "scontrol --oneliner --details show node"]
-    status = probe.parse_probe(result.stdout, result.stderr, result.returncode, "alpha")
-    assert not status.reachable and status.version == "22.05.8"
-    assert status.reason.startswith("slurmctld of cluster alpha does not answer")
-
-
 # ------------------------------------------------------------------ parse_probe on recorded output
 
 @pytest.mark.parametrize("name,partitions,nodes,accel", [
@@ -161,8 +90,8 @@ def test_recorded_busy_cluster():
 def test_recorded_controller_down():
     status = parse_recorded("ctld-down-22.05.json", "alpha")
     assert not status.reachable
-    assert status.reason == ("slurmctld of cluster alpha does not answer: slurm_load_node error: "
-                             "Unable to contact slurm controller (connect failure)")
+    assert status.reason == ("slurmctld of cluster alpha does not answer: scontrol ping: "
+                             "Slurmctld(primary) at 127.0.1.1 is DOWN")
     assert status.version == "22.05.8"          # scontrol --version needs no controller
     assert (status.nodes_total, status.partitions, status.accelerators) == (0, [], {})
 
