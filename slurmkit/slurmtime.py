@@ -1,36 +1,59 @@
-"""Slurm time strings (``--time``, ``MaxTime``) to minutes and back."""
+"""Slurm time strings (``--time``, ``MaxTime``): the one parser of the project.
+
+The forms sbatch accepts for --time: "minutes", "minutes:seconds",
+"hours:minutes:seconds", "days-hours", "days-hours:minutes" and
+"days-hours:minutes:seconds"; plus the spellings of "no limit".
+"""
 
 import re
 from typing import Optional
 
 from slurmkit.errors import UsageError
 
-_UNLIMITED = ("UNLIMITED", "INFINITE")
-_FORMS = [
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), lambda d, h, m, s: d * 1440 + h * 60 + m + s / 60),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), lambda d, h, m: d * 1440 + h * 60 + m),
-    (re.compile(r"^(\d+)-(\d+)$"), lambda d, h: d * 1440 + h * 60),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), lambda h, m, s: h * 60 + m + s / 60),
-    (re.compile(r"^(\d+):(\d+)$"), lambda m, s: m + s / 60),
-    (re.compile(r"^(\d+)$"), lambda m: m),
-]
+_TIME_FORMS = (
+    (re.compile(r"^(\d+)$"), ("m",)),
+    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
+    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
+    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
+    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
+    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
+)
+UNLIMITED_TIMES = ("unlimited", "infinite")
+TIME_FORMATS_TEXT = "[D-]HH:MM:SS, MM:SS, MM, D-HH, D-HH:MM or UNLIMITED"
 
 
-def parse_minutes(text: str) -> Optional[float]:
-    """Minutes in a Slurm time string; None for UNLIMITED.  UsageError when malformed."""
-    value = str(text).strip()
-    if value.upper() in _UNLIMITED:
+def slurm_time_seconds(text) -> Optional[int]:
+    """Seconds in a Slurm time string; None for UNLIMITED/infinite.
+
+    Raises ValueError (with a readable message) for anything else.  Minutes
+    and seconds after a colon must be below 60, hours below 24 once days are
+    given; a leading field is unbounded ("90" minutes, "48:00:00"), as in
+    Slurm.
+    """
+    text = str(text).strip()
+    if text.lower() in UNLIMITED_TIMES:
         return None
-    for pattern, convert in _FORMS:
-        m = pattern.match(value)
-        if m:
-            return convert(*(int(g) for g in m.groups()))
-    raise UsageError("%r is not a Slurm time; use MINUTES, HH:MM:SS or D-HH:MM:SS" % text)
+    for pattern, fields in _TIME_FORMS:
+        match = pattern.match(text)
+        if not match:
+            continue
+        parts = dict(zip(fields, (int(g) for g in match.groups())))
+        leading = fields[0]
+        for unit, limit in (("s", 60), ("m", 60), ("h", 24)):
+            if unit in parts and unit != leading and parts[unit] >= limit:
+                if unit == "h" and "d" not in parts:
+                    continue
+                raise ValueError("%r is not a valid Slurm time: %s must be below %d"
+                                 % (text, {"s": "seconds", "m": "minutes", "h": "hours"}[unit], limit))
+        return (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600
+                + parts.get("m", 0) * 60 + parts.get("s", 0))
+    raise ValueError("%r is not a valid Slurm time; use %s" % (text, TIME_FORMATS_TEXT))
 
 
-def is_valid(text: str) -> bool:
+def parse_minutes(text) -> Optional[float]:
+    """Minutes in a Slurm time string; None for UNLIMITED.  UsageError when malformed."""
     try:
-        parse_minutes(text)
-        return True
-    except UsageError:
-        return False
+        seconds = slurm_time_seconds(text)
+    except ValueError as exc:
+        raise UsageError("%s (e.g. --time 12:00:00)" % exc) from None
+    return None if seconds is None else seconds / 60.0

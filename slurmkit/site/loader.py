@@ -23,7 +23,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from slurmkit.errors import ConfigError, UsageError
+from slurmkit.errors import ConfigError
 from slurmkit.site import schema
 from slurmkit.site.model import (Cluster, Defaults, Fabric, LoginNode, Partition, PriceWindow, RoceSettings,
                                  Site)

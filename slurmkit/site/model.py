@@ -7,7 +7,7 @@ rendering, federation and the CLI read them, nothing writes them.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 ACCELERATORS = ("nvidia", "ascend", "none")
 FABRICS = ("infiniband", "roce", "ethernet")

@@ -67,47 +67,8 @@ DEFAULT_GRES_NAME = {"nvidia": "gpu", "ascend": "npu"}
 # ---------------------------------------------------------------------------
 # Slurm time strings
 
-# The forms sbatch accepts for --time: "minutes", "minutes:seconds",
-# "hours:minutes:seconds", "days-hours", "days-hours:minutes" and
-# "days-hours:minutes:seconds"; plus the spellings of "no limit".
-_TIME_FORMS = (
-    (re.compile(r"^(\d+)$"), ("m",)),
-    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
-    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
-)
-UNLIMITED_TIMES = ("unlimited", "infinite")
-TIME_FORMATS_TEXT = "[D-]HH:MM:SS, MM:SS, MM, D-HH, D-HH:MM or UNLIMITED"
-
-
-def slurm_time_seconds(text):
-    """Seconds in a Slurm time string; None for UNLIMITED/infinite.
-
-    Raises ValueError (with a readable message) for anything else.  Minutes
-    and seconds after a colon must be below 60, hours below 24 once days are
-    given; a leading field is unbounded ("90" minutes, "48:00:00"), as in
-    Slurm.
-    """
-    text = str(text).strip()
-    if text.lower() in UNLIMITED_TIMES:
-        return None
-    for pattern, fields in _TIME_FORMS:
-        match = pattern.match(text)
-        if not match:
-            continue
-        parts = dict(zip(fields, (int(g) for g in match.groups())))
-        leading = fields[0]
-        for unit, limit in (("s", 60), ("m", 60), ("h", 24)):
-            if unit in parts and unit != leading and parts[unit] >= limit:
-                if unit == "h" and "d" not in parts:
-                    continue
-                raise ValueError("%r is not a valid Slurm time: %s must be below %d"
-                                 % (text, {"s": "seconds", "m": "minutes", "h": "hours"}[unit], limit))
-        return (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600
-                + parts.get("m", 0) * 60 + parts.get("s", 0))
-    raise ValueError("%r is not a valid Slurm time; use %s" % (text, TIME_FORMATS_TEXT))
+# One parser of Slurm times for the whole project: slurmkit.slurmtime.
+from slurmkit.slurmtime import TIME_FORMATS_TEXT, UNLIMITED_TIMES, slurm_time_seconds  # noqa: E402,F401
 
 
 def check_time(value):

@@ -10,13 +10,15 @@ wrapped as ``{"set": .., "number": ..}``, state lists).
 import json
 import re
 from datetime import datetime
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.slurm import commands
 
 # The result types are imported inside the parsers that build them: a plain
 # submission (parse_sbatch_parsable only) then never pays for defining them.
+if TYPE_CHECKING:
+    from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
 
 _JOBID_RE = re.compile(r"^(\d+)(?:;(\S+))?$")
 

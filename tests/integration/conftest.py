@@ -21,6 +21,7 @@ The same helpers exist as module functions (``slurm``, ``wait_job_state``,
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -216,6 +217,15 @@ def ssh(cluster, *remote, known_hosts=None, timeout=30, check=False):
     if check and proc.returncode != 0:
         raise AssertionError("%s -> exit %d: %s" % (" ".join(argv), proc.returncode, proc.stderr))
     return proc
+
+
+def port_open(host, port, timeout=2.0) -> bool:
+    """Whether something accepts TCP connections on host:port (loopback only here)."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def devcluster_cmd(*argv, timeout=120):

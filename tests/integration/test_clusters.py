@@ -18,7 +18,6 @@ fails.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import port_open
 from conftest import slurm as _slurm
 
 pytest.importorskip("paramiko")
@@ -40,21 +40,13 @@ EXPECTED = {
 }
 
 
-def _listening(host, port):
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def dev(devcluster):
     # Another suite may be restarting a login sshd right now (down-sshd/up-sshd):
     # give it a moment instead of failing on its transient state.
     for info in devcluster.clusters.values():
         deadline = time.monotonic() + 20
-        while not _listening(info.login_host, info.login_port) and time.monotonic() < deadline:
+        while not port_open(info.login_host, info.login_port) and time.monotonic() < deadline:
             time.sleep(0.2)
     return devcluster
 

@@ -25,16 +25,9 @@ pytest.importorskip("paramiko")
 
 from slurmkit.errors import (ConnectTimeoutError, HostKeyError, RemoteError,  # noqa: E402
                              SlurmUnavailableError)
+from conftest import port_open  # noqa: E402
 from slurmkit.remote import ssh  # noqa: E402
 from slurmkit.site.model import LoginNode  # noqa: E402
-
-def _reachable(host, port):
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-        return True
-    except OSError:
-        return False
-
 
 @pytest.fixture
 def dev(devcluster):
@@ -59,7 +52,7 @@ def wait_for_sshd(host, port, timeout=20.0):
     # Other suites stop and restart login sshds too (down-sshd/up-sshd);
     # give a restart in progress a moment instead of failing spuriously.
     deadline = time.monotonic() + timeout
-    while not _reachable(host, port) and time.monotonic() < deadline:
+    while not port_open(host, port) and time.monotonic() < deadline:
         time.sleep(0.2)
 
 

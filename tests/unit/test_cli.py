@@ -60,7 +60,7 @@ def _one_error_line(err):
     (["render", "--site", IB, "-T", "nope", "--", "x"], 2, "choose one of: single, srun, torchrun"),
     (["render", "--site", IB, "-N", "100", "--", "x"], 2, "asks for 100 nodes but partition gpu"),
     (["render", "--site", IB, "-t", "9-00:00:00", "--", "x"], 2, "time limit of partition gpu"),
-    (["render", "--site", IB, "-t", "soon", "--", "x"], 2, "not a Slurm time"),
+    (["render", "--site", IB, "-t", "soon", "--", "x"], 2, "is not a valid Slurm time"),
     (["render", "--site", IB, "--comm", "heavy", "--", "x"], 2, "topology"),
     (["render", "--site", IB], 2, "Missing argument"),
     (["render", "--site", IB, "-e", "NOEQUALS", "--", "x"], 2, "KEY=VALUE"),

@@ -7,8 +7,6 @@ that does not answer.
 """
 
 import json
-import os
-import stat
 import threading
 import time
 from dataclasses import replace

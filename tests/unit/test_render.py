@@ -5,7 +5,6 @@ regenerate them with ``UPDATE_GOLDEN=1 make unit`` and review the diff.
 """
 
 import os
-import shlex
 import subprocess
 from dataclasses import replace
 from pathlib import Path
