@@ -14,9 +14,9 @@ DEVCLUSTER := $(DEVCLUSTER_DIR)/devcluster.py
 PYTHON ?= python3
 CLUSTER ?= alpha
 
-DEVCLUSTER_PACKAGES := slurm-wlm munge openssh-server openssh-client
+DEVCLUSTER_PACKAGES := slurm-wlm munge openssh-server openssh-client iproute2 util-linux mawk
 # Programs that must exist; install-system does nothing when all are present.
-DEVCLUSTER_PROGRAMS := slurmctld slurmd munged mungekey sinfo scontrol sbatch srun ssh ssh-keygen unshare nsenter
+DEVCLUSTER_PROGRAMS := slurmctld slurmd munged mungekey sinfo scontrol sbatch srun ssh ssh-keygen unshare nsenter ss flock awk
 
 .PHONY: install-system cluster-up cluster-down cluster-env cluster-status
 
