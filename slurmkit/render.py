@@ -249,9 +249,10 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         raise JobDoesNotFitError(
             "template %s starts %d tasks per node x %d CPUs each, but partition %s on cluster %s has %d CPUs per node"
             % (template_name, ntasks, spec.cpus_per_task or 1, partition.name, cluster.name, partition.cpus_per_node))
-    name = spec.name or Path(spec.command[0]).name
-    warnings = fabric.lint(partition, "partition %s" % partition.name)
     launch_args, runs_python = launcher_command(spec.command)
+    # `python train.py` is job "train", not "python".
+    name = spec.name or (Path(launch_args[0]).stem if runs_python else Path(spec.command[0]).name)
+    warnings = fabric.lint(partition, "partition %s" % partition.name)
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
         "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches,

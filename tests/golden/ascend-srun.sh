@@ -1,6 +1,6 @@
 #!/bin/bash
 # Rendered by slurmkit for site example-ascend, cluster ascend, partition npu (template srun).
-#SBATCH --job-name=python
+#SBATCH --job-name=train
 #SBATCH --partition=npu
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Rendered by slurmkit for site example-infiniband, cluster hopper, partition gpu (template torchrun).
-#SBATCH --job-name=python
+#SBATCH --job-name=train
 #SBATCH --partition=gpu
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1

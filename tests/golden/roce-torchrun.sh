@@ -1,6 +1,6 @@
 #!/bin/bash
 # Rendered by slurmkit for site example-roce, cluster ampere, partition a100 (template torchrun).
-#SBATCH --job-name=python
+#SBATCH --job-name=train
 #SBATCH --partition=a100
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1
