@@ -4,9 +4,9 @@ import json
 
 import click
 
-from slurmkit.reports import format_table
 from slurmkit.cli.options import (cluster_option, job_options, job_spec_from, json_option, pass_session,
                                   site_option)
+from slurmkit.reports import format_table
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

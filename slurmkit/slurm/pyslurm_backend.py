@@ -399,27 +399,24 @@ def sbatch_directives(script: str) -> List[Tuple[str, object]]:
                 name, eq, value = arg[2:].partition("=")
                 if name in _FLAGS and not eq:
                     out.append((name, None))
-                elif name in _WITH_VALUE:
-                    if not eq:
-                        if i >= len(args):
-                            out.append((arg, _UNSUPPORTED))
-                            continue
-                        value = args[i]
-                        i += 1
-                    out.append((name, value))
-                else:
+                    continue
+                if name not in _WITH_VALUE:
                     out.append((arg, _UNSUPPORTED))
+                    continue
+                needs_next = not eq
             elif arg.startswith("-") and len(arg) > 1 and arg[1] in _SHORT:
                 name, value = _SHORT[arg[1]], arg[2:]
-                if not value:
-                    if i >= len(args):
-                        out.append((arg, _UNSUPPORTED))
-                        continue
-                    value = args[i]
-                    i += 1
-                out.append((name, value))
+                needs_next = not value
             else:
                 out.append((arg, _UNSUPPORTED))
+                continue
+            if needs_next:  # "--time 5" / "-t 5": the value is the next argument
+                if i >= len(args):
+                    out.append((arg, _UNSUPPORTED))
+                    continue
+                value = args[i]
+                i += 1
+            out.append((name, value))
     return out
 
 
