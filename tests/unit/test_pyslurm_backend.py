@@ -175,7 +175,7 @@ def test_records_of_every_collection_shape():
 def test_directives_of_a_rendered_golden_script():
     found = pb.sbatch_directives((GOLDEN / "infiniband-torchrun.sh").read_text())
     names = [n for n, _ in found]
-    assert ("job-name", "python") in found and ("gpus-per-node", "h100:8") in found
+    assert ("job-name", "train") in found and ("gpus-per-node", "h100:8") in found
     assert ("comment", "slurmkit:0123456789abcdef") in found
     assert any(v is pb._UNSUPPORTED and n.startswith("--switches") for n, v in found)
     assert "partition" in names and "time" in names
