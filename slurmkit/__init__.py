@@ -8,4 +8,4 @@ user), ``jobs.py`` (submit/status/cancel), ``cli/`` (click, the only click
 user).  Imports here stay light: ``slurmkit render`` must not pay for SSH.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -22,7 +22,7 @@ its own (locally or over SSH to its login node) and:
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -231,7 +231,7 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
     """Plan, then submit to the best cluster, failing over to the next ones."""
     cooldown = cooldown or Cooldown()
     token = spec.token or new_token()
-    spec = replace(spec, token=token)
+    spec = spec._replace(token=token)
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
     if dry_run:
         return Placement(None, tuple(candidates))

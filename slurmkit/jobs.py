@@ -12,8 +12,7 @@ import os
 import re
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.render import JobSpec, RenderedJob, render
@@ -26,8 +25,7 @@ _REF_RE = re.compile(r"^(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>\d+)$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-@dataclass(frozen=True)
-class JobRef:
+class JobRef(NamedTuple):
     cluster: str
     job_id: str
 
@@ -35,8 +33,7 @@ class JobRef:
         return "%s:%s" % (self.cluster, self.job_id)
 
 
-@dataclass(frozen=True)
-class Submission:
+class Submission(NamedTuple):
     ref: JobRef
     rendered: RenderedJob
     token: str
@@ -107,9 +104,7 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
 
 
 def _with_token(spec: JobSpec, token: str) -> JobSpec:
-    from dataclasses import replace
-
-    return replace(spec, token=token)
+    return spec._replace(token=token)
 
 
 def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":

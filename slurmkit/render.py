@@ -13,9 +13,8 @@ control characters are refused because a newline would end the directive.
 
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit import fabric, slurmtime
 from slurmkit.errors import JobDoesNotFitError, UsageError
@@ -32,9 +31,12 @@ class Trusted(str):
     """A string the renderer prints verbatim (already quoted or admin-written)."""
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """What the user asked for; partition defaults fill the gaps."""
+class JobSpec(NamedTuple):
+    """What the user asked for; partition defaults fill the gaps.
+
+    A NamedTuple (cheap to define in each short-lived process); derive changed
+    copies with ``._replace()``.
+    """
 
     command: Tuple[str, ...]
     nodes: int = 1
@@ -44,7 +46,7 @@ class JobSpec:
     comm: str = "light"                      # heavy: ask for few leaf switches
     template: Optional[str] = None           # None: the site default
     name: Optional[str] = None
-    env: Dict[str, str] = field(default_factory=dict)
+    env: Dict[str, str] = {}                 # shared default: never mutated
     account: Optional[str] = None
     qos: Optional[str] = None
     output: Optional[str] = None
@@ -53,8 +55,7 @@ class JobSpec:
     switches: Optional[int] = None           # explicit override of the computed leaf count
 
 
-@dataclass(frozen=True)
-class RenderedJob:
+class RenderedJob(NamedTuple):
     script: str
     warnings: Tuple[str, ...]
     template: str

@@ -14,7 +14,6 @@ script.  Entries are JSON in the private cache directory.
 import json
 import os
 import zlib
-from dataclasses import asdict, replace
 from typing import Callable, Optional
 
 from slurmkit.cache import private_dir
@@ -45,7 +44,7 @@ def _templates_fingerprint(site):
 def cache_key(site, cluster, partition, spec, layout) -> str:
     from slurmkit import __version__
 
-    job = asdict(replace(spec, token=None))
+    job = spec._replace(token=None)._asdict()
     return json.dumps({
         "version": __version__, "site": _stat(os.path.realpath(site.path)), "templates": _templates_fingerprint(site),
         "cluster": cluster.name, "partition": partition.name, "job": job,
@@ -62,11 +61,11 @@ def render_cached(site, cluster, partition, spec, layout, render_fn: Callable[..
     entry = directory / ("%08x-%d.json" % (zlib.crc32(key.encode()), len(key)))
     hit = _read(entry, key)
     if hit is not None:
-        return replace(hit, script=hit.script.replace(PLACEHOLDER, spec.token))
-    rendered = render_fn(site, cluster, partition, replace(spec, token=PLACEHOLDER), layout=layout)
+        return hit._replace(script=hit.script.replace(PLACEHOLDER, spec.token))
+    rendered = render_fn(site, cluster, partition, spec._replace(token=PLACEHOLDER), layout=layout)
     if rendered.script.count(PLACEHOLDER) == 1:  # only then is putting the token back exact
         _write(entry, key, rendered)
-    return replace(rendered, script=rendered.script.replace(PLACEHOLDER, spec.token))
+    return rendered._replace(script=rendered.script.replace(PLACEHOLDER, spec.token))
 
 
 def _read(entry, key) -> Optional[RenderedJob]:
@@ -86,7 +85,7 @@ def _write(entry, key, rendered: RenderedJob) -> None:
     tmp = entry.with_suffix(".tmp%d" % os.getpid())
     try:
         with open(os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            json.dump({"key": key, "rendered": asdict(rendered)}, fh)
+            json.dump({"key": key, "rendered": rendered._asdict()}, fh)
         os.replace(tmp, entry)
     except OSError:
         pass

@@ -4,7 +4,6 @@ Pure functions of library data (plus one Slurm read for the topology), so the
 CLI stays a thin layer and the text can be tested without click.
 """
 
-import dataclasses
 from typing import List, Sequence, Tuple
 
 from slurmkit import fabric
@@ -29,8 +28,19 @@ def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[st
     return problems, warnings, ok
 
 
+def plain(value):
+    """Records (NamedTuples) as dicts, recursively, for JSON."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
 def site_dict(site) -> dict:
-    data = dataclasses.asdict(site)
+    data = plain(site)
     for cluster in data["clusters"].values():
         for name, partition in cluster["partitions"].items():
             partition["collective_env"] = fabric.collective_env(site.clusters[cluster["name"]].partitions[name])

@@ -1,23 +1,13 @@
-"""``slurmkit clusters`` and ``slurmkit site trust``: is every cluster reachable?
+"""Cluster commands: ``clusters`` (is every cluster reachable?), ``topology``, ``site trust``.
 
-Two thin commands over :mod:`slurmkit.probe`, registered by the main CLI
-(``cli.add_command(clusters_command)``, ``site.add_command(trust_command)``).
-They import nothing from ``slurmkit.cli.commands``, which imports them.
+Thin commands over :mod:`slurmkit.probe` and :mod:`slurmkit.reports`;
+``trust`` is attached to the ``site`` group by ``site_commands``.
 """
-
-import json
 
 import click
 
-from slurmkit.cli.options import json_option, pass_session, site_option
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _table(rows, headers):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip()
-                     for row in [headers] + rows)
+from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
+from slurmkit.reports import format_table as _table
 
 
 def _accelerators(status):
@@ -51,7 +41,7 @@ def clusters_command(session, as_json, names):
 
     statuses = probe.probe_all(session, list(names) or None)
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
+        print_json([s.to_dict() for s in statuses])
     else:
         click.echo(_table([_row(s) for s in statuses],
                           ["CLUSTER", "REACH", "VERSION", "PARTITIONS", "NODES", "ACCELERATORS", "PENDING",
@@ -89,3 +79,15 @@ def trust_command(session, yes, cluster):
     else:
         click.echo("already trusted (%s); nothing to do" % offer.target_file)
     return 0
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+@cluster_option
+@click.option("--partition", "-p", metavar="NAME", help="Count only this partition's accelerators.")
+@pass_session
+def topology(session, cluster, partition):
+    """Draw the cluster's switch tree with each node's state and free GPUs."""
+    from slurmkit import reports
+
+    click.echo(reports.topology_report(session, cluster, partition))

@@ -1,8 +1,21 @@
-"""Options shared by several commands, as decorators (one definition each)."""
+"""Options shared by several commands, as decorators (one definition each), and output helpers."""
 
 import functools
+import json
 
 import click
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def warn(warnings):
+    """Each warning as one ``Warning: ...`` line on stderr."""
+    for warning in warnings:
+        click.echo("Warning: %s" % warning, err=True)
+
+
+def print_json(data):
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _complete_sites(ctx, param, incomplete):

@@ -4,33 +4,34 @@ The loader (``slurmkit.site.loader``) validates the YAML against
 ``slurmkit.site.schema`` first, so everything here can assume correct types
 and fills in documented defaults.  These objects are plain, immutable data:
 rendering, federation and the CLI read them, nothing writes them.
+
+They are ``typing.NamedTuple`` records rather than frozen dataclasses: every
+``slurmkit submit`` is a fresh process that defines them, and a NamedTuple
+costs a tenth of a frozen dataclass to define.  Use ``._replace()`` to derive
+a changed copy; the ``{}`` defaults are shared and never mutated.
 """
 
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 ACCELERATORS = ("nvidia", "ascend", "none")
 FABRICS = ("infiniband", "roce", "ethernet")
 
 
-@dataclass(frozen=True)
-class RoceSettings:
+class RoceSettings(NamedTuple):
     gid_index: Optional[int] = None      # NCCL_IB_GID_INDEX / HCCL equivalent
     traffic_class: Optional[int] = None  # NCCL_IB_TC
     service_level: Optional[int] = None  # NCCL_IB_SL
 
 
-@dataclass(frozen=True)
-class Fabric:
+class Fabric(NamedTuple):
     type: str = "ethernet"               # one of FABRICS
     hcas: Tuple[str, ...] = ()           # e.g. ("=mlx5_0:1", "=mlx5_1:1") -> NCCL_IB_HCA
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / HCCL_SOCKET_IFNAME
-    roce: RoceSettings = field(default_factory=RoceSettings)
-    env: Dict[str, str] = field(default_factory=dict)  # extra fabric variables, verbatim
+    roce: RoceSettings = RoceSettings()
+    env: Dict[str, str] = {}             # extra fabric variables, verbatim (shared default: never mutated)
 
 
-@dataclass(frozen=True)
-class Partition:
+class Partition(NamedTuple):
     name: str
     accelerator: str = "none"            # one of ACCELERATORS
     gpu_model: Optional[str] = None      # "h100", "a100", "ascend910b"; the gres type
@@ -39,7 +40,7 @@ class Partition:
     memory_mb: Optional[int] = None      # per node
     max_nodes: Optional[int] = None      # None: no limit known
     max_time: Optional[str] = None       # Slurm time string, None: unlimited
-    fabric: Fabric = field(default_factory=Fabric)
+    fabric: Fabric = Fabric()
     gres_name: Optional[str] = None      # Slurm gres name; None: derive ("gpu" nvidia, "npu" ascend)
 
     @property
@@ -50,15 +51,13 @@ class Partition:
         return {"nvidia": "gpu", "ascend": "npu"}.get(self.accelerator)
 
 
-@dataclass(frozen=True)
-class PriceWindow:
+class PriceWindow(NamedTuple):
     start_hour: int                      # 0-23, inclusive
     end_hour: int                        # 0-24, exclusive; may wrap past midnight
     price: float
 
 
-@dataclass(frozen=True)
-class LoginNode:
+class LoginNode(NamedTuple):
     """How to reach a cluster's login node over SSH (federation)."""
 
     host: str
@@ -71,8 +70,7 @@ class LoginNode:
     command_timeout: float = 60.0
 
 
-@dataclass(frozen=True)
-class Cluster:
+class Cluster(NamedTuple):
     name: str
     partitions: Dict[str, Partition]
     slurm_conf: Optional[str] = None     # SLURM_CONF for local commands
@@ -82,8 +80,7 @@ class Cluster:
     default_partition: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class Defaults:
+class Defaults(NamedTuple):
     cluster: Optional[str] = None
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -92,12 +89,11 @@ class Defaults:
     template: str = "torchrun"
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(NamedTuple):
     name: str
     path: str                            # the file it was loaded from
     clusters: Dict[str, Cluster]
-    defaults: Defaults = field(default_factory=Defaults)
+    defaults: Defaults = Defaults()
     max_switch_wait: str = "00:10:00"    # how long a heavy job may wait for fewer switches
     modules: Tuple[str, ...] = ()        # `module load` lines emitted in the script
     setup: Tuple[str, ...] = ()          # verbatim setup lines (site-admin trusted)

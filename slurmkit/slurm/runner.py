@@ -9,14 +9,12 @@ backend works unchanged across clusters.
 
 import os
 import subprocess
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConnectTimeoutError, SlurmUnavailableError
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     argv: Tuple[str, ...]
     returncode: int
     stdout: str

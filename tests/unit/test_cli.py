@@ -13,7 +13,9 @@ IB = str(ROOT / "site_configs" / "example-infiniband.yaml")
 
 
 def _all_commands(group, prefix=()):
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         yield prefix + (name,), command
         if isinstance(command, click.Group):
             yield from _all_commands(command, prefix + (name,))
@@ -27,7 +29,9 @@ def run(capsys, *args):
 
 def test_every_command_has_help_text(capsys):
     commands = list(_all_commands(cli))
-    assert {"submit", "render", "status", "cancel", "wait", "templates", "topology"} <= {p[0] for p, _ in commands}
+    assert {"submit", "render", "status", "cancel", "wait", "templates", "topology", "clusters"} <= \
+        {p[0] for p, _ in commands}
+    assert {("site", "validate"), ("site", "show"), ("site", "trust")} <= {p for p, _ in commands}
     for path, command in commands:
         assert command.help and command.help.strip(), "command %s has no help text" % " ".join(path)
         code, out, _ = run(capsys, *path, "--help")
@@ -138,3 +142,15 @@ def test_library_never_imports_click():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "slurmkit").rglob("*.py")
                  if "cli" not in p.parts and ("import click" in p.read_text() or "from click" in p.read_text())]
     assert offenders == []
+
+
+def test_a_command_imports_only_its_own_module():
+    import subprocess
+    import sys
+
+    code = ("import sys; from slurmkit.cli import main; main(['render', '--help']); "
+            "print(sorted(m for m in sys.modules if m.startswith('slurmkit.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = out.strip().splitlines()[-1]
+    assert "slurmkit.cli.job_commands" in loaded
+    assert "slurmkit.cli.site_commands" not in loaded and "slurmkit.cli.cluster_commands" not in loaded

@@ -6,7 +6,7 @@ regenerate them with ``UPDATE_GOLDEN=1 make unit`` and review the diff.
 
 import os
 import subprocess
-from dataclasses import replace
+
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,7 @@ def test_golden_scripts(config, golden, spec_changes):
     site = _site(config)
     partition = site.partition(site.cluster())
     # 3 nodes per leaf: a 4-node heavy job needs 2 leaves, a 2-node one needs 1.
-    rendered = _render_default(site, replace(SPEC, **spec_changes), _layout(partition.name, 3, 4))
+    rendered = _render_default(site, SPEC._replace(**spec_changes), _layout(partition.name, 3, 4))
     path = GOLDEN / golden
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(rendered.script)
@@ -68,14 +68,14 @@ def test_ib_script_carries_fabric_and_switches():
 def test_ascend_uses_hccl_and_npu_gres():
     site = _site("example-ascend.yaml")
     partition = site.partition(site.cluster())
-    script = _render_default(site, replace(SPEC, nodes=2), _layout(partition.name, 2, 2)).script
+    script = _render_default(site, SPEC._replace(nodes=2), _layout(partition.name, 2, 2)).script
     assert "NCCL_" not in script and "HCCL_SOCKET_IFNAME" in script
     assert "#SBATCH --gres=npu:" in script and "--gpus-per-node" not in script
 
 
 def test_light_jobs_ask_for_no_switch_count():
     site = _site("example-infiniband.yaml")
-    rendered = _render_default(site, replace(SPEC, comm="light"), None)
+    rendered = _render_default(site, SPEC._replace(comm="light"), None)
     assert rendered.switches is None and "--switches" not in rendered.script
 
 
@@ -92,7 +92,7 @@ def test_hostile_arguments_are_quoted_and_reach_the_program_byte_for_byte(tmp_pa
     site = _site("example-infiniband.yaml")
     marker = tmp_path / "pwned"
     args = [a.replace("/tmp/slurmkit-pwned", str(marker)) for a in HOSTILE]
-    spec = replace(SPEC, command=("printf", "%s\\0", *args), template="single", nodes=1, comm="light",
+    spec = SPEC._replace(command=("printf", "%s\\0", *args), template="single", nodes=1, comm="light",
                    env={"EVIL": "$(touch %s)" % marker})
     script = _render_default(site, spec, None).script
     assert "\nexec printf " in script
@@ -111,7 +111,7 @@ def test_hostile_arguments_are_quoted_and_reach_the_program_byte_for_byte(tmp_pa
 def test_control_characters_cannot_reach_an_sbatch_line(name):
     site = _site("example-infiniband.yaml")
     with pytest.raises(UsageError, match="control character"):
-        _render_default(site, replace(SPEC, name=name, comm="light"), None)
+        _render_default(site, SPEC._replace(name=name, comm="light"), None)
 
 
 def test_sbatch_quote():
@@ -129,19 +129,19 @@ def test_sbatch_quote():
 def test_jobs_that_cannot_fit_are_refused_before_sbatch(changes, message):
     site = _site("example-infiniband.yaml")
     with pytest.raises(JobDoesNotFitError, match=message):
-        _render_default(site, replace(SPEC, comm="light", **changes), None)
+        _render_default(site, SPEC._replace(comm="light", **changes), None)
 
 
 def test_unknown_template_lists_choices():
     site = _site("example-infiniband.yaml")
     with pytest.raises(UsageError, match="choose one of: single, srun, torchrun"):
-        _render_default(site, replace(SPEC, template="nope", comm="light"), None)
+        _render_default(site, SPEC._replace(template="nope", comm="light"), None)
 
 
 def test_bad_env_name_refused():
     site = _site("example-infiniband.yaml")
     with pytest.raises(UsageError, match="not a valid environment variable name"):
-        _render_default(site, replace(SPEC, env={"A-B": "1"}, comm="light"), None)
+        _render_default(site, SPEC._replace(env={"A-B": "1"}, comm="light"), None)
 
 
 def test_torchrun_drops_python_and_uses_no_python_otherwise():

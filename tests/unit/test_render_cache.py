@@ -2,7 +2,7 @@
 
 import os
 import time
-from dataclasses import replace
+
 from pathlib import Path
 
 import pytest
@@ -35,9 +35,9 @@ def setup(tmp_path, monkeypatch):
 def test_a_hit_is_byte_identical_to_a_fresh_render(setup):
     go, calls, site = setup
     first = go()
-    second = go(replace(SPEC, token="tok-2"))
+    second = go(SPEC._replace(token="tok-2"))
     assert len(calls) == 1                               # the second came from the cache
-    fresh = rendering.render(site, site.cluster(), site.partition(site.cluster()), replace(SPEC, token="tok-2"))
+    fresh = rendering.render(site, site.cluster(), site.partition(site.cluster()), SPEC._replace(token="tok-2"))
     assert second == fresh
     assert "slurmkit:tok-1" in first.script and PLACEHOLDER not in first.script + second.script
 
@@ -45,9 +45,9 @@ def test_a_hit_is_byte_identical_to_a_fresh_render(setup):
 def test_any_change_of_the_job_renders_again(setup):
     go, calls, _ = setup
     go()
-    go(replace(SPEC, command=("python", "train.py", "--lr", "1e-4")))
-    go(replace(SPEC, env={"A": "1"}))
-    go(replace(SPEC, nodes=3))
+    go(SPEC._replace(command=("python", "train.py", "--lr", "1e-4")))
+    go(SPEC._replace(env={"A": "1"}))
+    go(SPEC._replace(nodes=3))
     assert len(calls) == 4
 
 
@@ -57,7 +57,7 @@ def test_an_edited_template_renders_again(setup, tmp_path):
     tdir.mkdir()
     own = tdir / "torchrun.sh.j2"
     own.write_text('{% extends "_base.sh.j2" %}{% block launch %}echo one\n{% endblock %}')
-    site = replace(site, template_dirs=(str(tdir),))
+    site = site._replace(template_dirs=(str(tdir),))
     assert "echo one" in go(site=site).script
     own.write_text('{% extends "_base.sh.j2" %}{% block launch %}echo two\n{% endblock %}')
     future = time.time() + 5
@@ -68,7 +68,7 @@ def test_an_edited_template_renders_again(setup, tmp_path):
 
 def test_without_a_token_nothing_is_cached(setup):
     go, calls, _ = setup
-    spec = replace(SPEC, token=None)
+    spec = SPEC._replace(token=None)
     go(spec)
     go(spec)
     assert len(calls) == 2

@@ -1,0 +1,58 @@
+"""Site commands: ``site validate|show|trust`` and ``templates``."""
+
+import click
+
+from slurmkit.cli.cluster_commands import trust_command
+from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
+from slurmkit.reports import format_table
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+def templates(site):
+    """List the job templates (the site's own first, then the built-ins)."""
+    from slurmkit import render as rendering
+    from slurmkit.site import find_site
+
+    site_obj = find_site(site) if site else None
+    found = rendering.available_templates(site_obj)
+    rows = [[name, rendering.template_description(path), str(path)] for name, path in sorted(found.items())]
+    click.echo(format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"]))
+
+
+@click.group(context_settings=CONTEXT)
+def site():
+    """Site configs: validate, show, trust login nodes."""
+
+
+@site.command("validate", context_settings=CONTEXT)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def site_validate(files):
+    """Check site config files: one line per problem, exit 2 if any."""
+    from slurmkit import reports
+
+    problems, warnings, ok = reports.validate_report(files)
+    for line in warnings:
+        click.echo("Warning: %s" % line, err=True)
+    for line in problems:
+        click.echo(line, err=True)
+    for path in ok:
+        click.echo("%s: ok" % path)
+    return 2 if problems else 0
+
+
+@site.command("show", context_settings=CONTEXT)
+@site_option
+@json_option
+@pass_session
+def site_show(session, as_json):
+    """Show the site: clusters, partitions, fabric settings and defaults."""
+    from slurmkit import reports
+
+    if as_json:
+        print_json(reports.site_dict(session.site))
+    else:
+        click.echo(reports.site_text(session.site))
+
+
+site.add_command(trust_command)
