@@ -1,31 +1,31 @@
 """Private per-user cache directories, and the cached site config.
 
 Start-up time matters: ``slurmkit submit`` runs as a fresh process for every
-job, so parsed site configs and compiled templates are kept on disk.  Cached
-files are executable data (pickle, Python bytecode), so a cache directory is
-used only when it is owned by the current user and closed to others;
-anything else silently disables caching rather than trusting the files.
+job, so parsed site configs, compiled and rendered templates are kept on
+disk.  Some cached files are executable data (Jinja2's compiled templates
+are Python bytecode), so a cache directory is used only when it is owned by
+the current user and closed to others; anything else silently disables
+caching rather than trusting the files.  The site cache itself is JSON.
+Paths are plain strings: this module is on every submission's path.
 """
 
+import json
 import os
-import pickle
 import stat
-from pathlib import Path
 from typing import Optional
 
 
-def cache_root() -> Path:
-    base = os.environ.get("SLURMKIT_CACHE_DIR") or os.path.join(
+def cache_root() -> str:
+    return os.environ.get("SLURMKIT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "slurmkit")
-    return Path(base)
 
 
-def private_dir(name: str) -> Optional[Path]:
+def private_dir(name: str) -> Optional[str]:
     """``<cache root>/<name>``, created 0700; None when it is not safely ours."""
-    path = cache_root() / name
+    path = os.path.join(cache_root(), name)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.stat()
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)
     except OSError:
         return None
     if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -33,12 +33,15 @@ def private_dir(name: str) -> Optional[Path]:
     return path
 
 
-def _trusted_file(path: Path) -> bool:
+def write_private(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by the user only; errors are ignored (it is a cache)."""
+    tmp = "%s.tmp%d" % (path, os.getpid())
     try:
-        info = path.stat()
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)  # a concurrent reader sees the old file or the new one, never half
     except OSError:
-        return False
-    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        pass
 
 
 def load_site_cached(path: str):
@@ -48,6 +51,7 @@ def load_site_cached(path: str):
     slurmkit version, so an edited config or an upgrade is loaded afresh.
     """
     from slurmkit import __version__
+    from slurmkit.site.model import as_plain, site_from_plain
 
     real = os.path.realpath(path)
     directory = private_dir("sites")
@@ -56,25 +60,18 @@ def load_site_cached(path: str):
     except OSError:
         directory = None
     if directory is not None:
-        key = "%s-%d-%d-%s" % (real, info.st_size, info.st_mtime_ns, __version__)
-        entry = directory / ("".join(c if c.isalnum() else "_" for c in real)[-150:] + ".pickle")
-        if _trusted_file(entry):
-            try:
-                with open(entry, "rb") as fh:
-                    stored_key, site = pickle.load(fh)
-                if stored_key == key:
-                    return site
-            except Exception:  # corrupt or from another Python: reload below
-                pass
+        key = [real, info.st_size, info.st_mtime_ns, __version__]
+        entry = os.path.join(directory, "".join(c if c.isalnum() else "_" for c in real)[-150:] + ".json")
+        try:
+            with open(entry) as fh:
+                data = json.load(fh)
+            if data["key"] == key:
+                return site_from_plain(data["site"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # missing, corrupt or from another version: load the file below
     from slurmkit.site.loader import load_site
 
     site = load_site(path)
     if directory is not None:
-        tmp = entry.with_suffix(".tmp%d" % os.getpid())
-        try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-                pickle.dump((key, site), fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, entry)
-        except OSError:
-            pass
+        write_private(entry, json.dumps({"key": key, "site": as_plain(site)}))
     return site

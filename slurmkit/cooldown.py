@@ -23,7 +23,7 @@ class Cooldown:
             from slurmkit.cache import private_dir
 
             directory = private_dir("state")
-            path = directory / "cooldown.json" if directory else None
+            path = os.path.join(directory, "cooldown.json") if directory else None
         self.path = Path(path) if path else None
         self.clock = clock
         self.threshold, self.base, self.cap = threshold, base, cap

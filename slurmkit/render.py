@@ -11,9 +11,9 @@ sbatch's own quoting (double quotes, backslash escapes), and values with
 control characters are refused because a newline would end the directive.
 """
 
+import os
 import re
 import shlex
-from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit import fabric, slurmtime
@@ -21,7 +21,9 @@ from slurmkit.errors import JobDoesNotFitError, UsageError
 from slurmkit.site.model import Cluster, Partition, Site
 
 TEMPLATE_SUFFIX = ".sh.j2"
-BUILTIN_TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Paths are plain strings here: this module is on every submission's path and
+# pathlib costs a fresh process several milliseconds to import.
+BUILTIN_TEMPLATES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "templates")
 COMM_MODES = ("heavy", "light")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -87,27 +89,30 @@ def _finalize(value):
     return shell_quote(value)
 
 
-def template_dirs(site: Optional[Site]) -> List[Path]:
-    dirs = [Path(d) for d in (site.template_dirs if site else ())]
-    dirs.append(BUILTIN_TEMPLATES)
-    return dirs
+def template_dirs(site: Optional[Site]) -> List[str]:
+    """The template directories, searched in order: the site's own, then the built-ins."""
+    return [str(d) for d in (site.template_dirs if site else ())] + [BUILTIN_TEMPLATES]
 
 
-def available_templates(site: Optional[Site] = None) -> Dict[str, Path]:
+def available_templates(site: Optional[Site] = None) -> Dict[str, str]:
     """Template name -> file; a site's own directories shadow the built-ins."""
-    found: Dict[str, Path] = {}
+    found: Dict[str, str] = {}
     for directory in template_dirs(site):
-        if directory.is_dir():
-            for path in sorted(directory.glob("*" + TEMPLATE_SUFFIX)):
-                name = path.name[:-len(TEMPLATE_SUFFIX)]
-                if not name.startswith("_"):
-                    found.setdefault(name, path)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:  # a missing template directory adds nothing
+            continue
+        for filename in names:
+            name = filename[:-len(TEMPLATE_SUFFIX)]
+            if filename.endswith(TEMPLATE_SUFFIX) and not name.startswith("_"):
+                found.setdefault(name, os.path.join(directory, filename))
     return found
 
 
-def template_description(path: Path) -> str:
+def template_description(path: str) -> str:
     """The first ``{# ... #}`` comment of a template, for `slurmkit templates`."""
-    m = re.search(r"\{#\s*(.*?)\s*#\}", path.read_text(), re.S)
+    with open(path) as fh:
+        m = re.search(r"\{#\s*(.*?)\s*#\}", fh.read(), re.S)
     return " ".join(m.group(1).split()) if m else ""
 
 
@@ -120,7 +125,7 @@ def _environment(site: Optional[Site]):
     # compiling them is most of a fresh process's rendering time.
     cache_dir = private_dir("templates")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs(site)]),
+        loader=jinja2.FileSystemLoader(template_dirs(site)),
         bytecode_cache=jinja2.FileSystemBytecodeCache(str(cache_dir)) if cache_dir else None,
         undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
         keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -252,7 +257,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             % (template_name, ntasks, spec.cpus_per_task or 1, partition.name, cluster.name, partition.cpus_per_node))
     launch_args, runs_python = launcher_command(spec.command)
     # `python train.py` is job "train", not "python".
-    name = spec.name or (Path(launch_args[0]).stem if runs_python else Path(spec.command[0]).name)
+    script_name = os.path.basename(launch_args[0] if runs_python else spec.command[0])
+    name = spec.name or (os.path.splitext(script_name)[0] if runs_python else script_name)
     warnings = fabric.lint(partition, "partition %s" % partition.name)
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,

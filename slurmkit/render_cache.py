@@ -16,7 +16,7 @@ import os
 import zlib
 from typing import Callable, Optional
 
-from slurmkit.cache import private_dir
+from slurmkit.cache import private_dir, write_private
 from slurmkit.render import TEMPLATE_SUFFIX, RenderedJob, template_dirs
 
 PLACEHOLDER = "SLURMKIT-TOKEN-PLACEHOLDER"
@@ -34,10 +34,10 @@ def _templates_fingerprint(site):
     files = []
     for directory in template_dirs(site):
         try:
-            names = sorted(n for n in os.listdir(str(directory)) if n.endswith(TEMPLATE_SUFFIX))
+            names = sorted(n for n in os.listdir(directory) if n.endswith(TEMPLATE_SUFFIX))
         except OSError:
             continue
-        files.extend(_stat(os.path.join(str(directory), n)) for n in names)
+        files.extend(_stat(os.path.join(directory, n)) for n in names)
     return files
 
 
@@ -58,7 +58,7 @@ def render_cached(site, cluster, partition, spec, layout, render_fn: Callable[..
     if directory is None or spec.token is None:
         return render_fn(site, cluster, partition, spec, layout=layout)
     key = cache_key(site, cluster, partition, spec, layout)
-    entry = directory / ("%08x-%d.json" % (zlib.crc32(key.encode()), len(key)))
+    entry = os.path.join(directory, "%08x-%d.json" % (zlib.crc32(key.encode()), len(key)))
     hit = _read(entry, key)
     if hit is not None:
         return hit._replace(script=hit.script.replace(PLACEHOLDER, spec.token))
@@ -82,10 +82,4 @@ def _read(entry, key) -> Optional[RenderedJob]:
 
 
 def _write(entry, key, rendered: RenderedJob) -> None:
-    tmp = entry.with_suffix(".tmp%d" % os.getpid())
-    try:
-        with open(os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            json.dump({"key": key, "rendered": rendered._asdict()}, fh)
-        os.replace(tmp, entry)
-    except OSError:
-        pass
+    write_private(entry, json.dumps({"key": key, "rendered": rendered._asdict()}))

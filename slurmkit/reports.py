@@ -28,19 +28,10 @@ def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[st
     return problems, warnings, ok
 
 
-def plain(value):
-    """Records (NamedTuples) as dicts, recursively, for JSON."""
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
 def site_dict(site) -> dict:
-    data = plain(site)
+    from slurmkit.site.model import as_plain
+
+    data = as_plain(site)
     for cluster in data["clusters"].values():
         for name, partition in cluster["partitions"].items():
             partition["collective_env"] = fabric.collective_env(site.clusters[cluster["name"]].partitions[name])

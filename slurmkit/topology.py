@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from slurmkit import hostlist
+from slurmkit.cache import write_private
 from slurmkit.errors import JobDoesNotFitError
 from slurmkit.slurm.types import NodeInfo, Topology
 
@@ -84,7 +85,7 @@ class TopologyCache:
         if directory is None:
             from slurmkit.cache import cache_root, private_dir
 
-            directory = private_dir("topology") or cache_root() / "topology"
+            directory = private_dir("topology") or os.path.join(cache_root(), "topology")
         self.directory = Path(directory)
         self.ttl = ttl
         self.clock = clock
@@ -105,11 +106,9 @@ class TopologyCache:
         layout = load()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp%d" % os.getpid())
-            tmp.write_text(json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
-            os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
         except OSError:
-            pass  # a read-only home must not break submission
+            return layout  # a read-only home must not break submission
+        write_private(str(path), json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
         return layout
 
 

@@ -1,13 +1,11 @@
 """Finding site config files by name on the site search path.
 
 Kept apart from the loader so that resolving a name, listing sites and shell
-completion never import YAML or the schema.
+completion never import YAML or the schema.  Paths are plain strings: this
+runs at the start of every submission.
 """
 
-import difflib
 import os
-from pathlib import Path
-from typing import Dict, List
 
 from slurmkit.errors import ConfigError, UsageError
 
@@ -17,21 +15,21 @@ SITE_SUFFIXES = (".yaml", ".yml")
 def _repo_site_configs():
     # <checkout>/site_configs, next to the slurmkit package (development
     # checkouts only; an installed package has none and skips it).
-    return Path(__file__).resolve().parent.parent.parent / "site_configs"
+    here = os.path.dirname(os.path.realpath(__file__))
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "site_configs")
 
 
 def site_search_path():
-    # type: () -> List[Path]
+    # type: () -> list
     """Directories searched for ``<name>.yaml``, first match wins."""
-    dirs = [Path(entry).expanduser() for entry in os.environ.get("SLURMKIT_SITE_PATH", "").split(os.pathsep)
+    dirs = [os.path.expanduser(entry) for entry in os.environ.get("SLURMKIT_SITE_PATH", "").split(os.pathsep)
             if entry]
-    try:
-        dirs.append(Path.home() / ".config" / "slurmkit" / "sites")
-    except (KeyError, RuntimeError):  # no home directory (some batch environments)
-        pass
-    dirs.append(Path("/etc/slurmkit/sites"))
+    home = os.path.expanduser("~")
+    if home != "~":  # no home directory (some batch environments): skip the user's directory
+        dirs.append(os.path.join(home, ".config", "slurmkit", "sites"))
+    dirs.append("/etc/slurmkit/sites")
     repo = _repo_site_configs()
-    if repo.is_dir():
+    if os.path.isdir(repo):
         dirs.append(repo)
     return dirs
 
@@ -46,12 +44,14 @@ def list_sites():
     found = {}
     for directory in site_search_path():
         try:
-            files = sorted(directory.iterdir())
+            names = sorted(os.listdir(directory))
         except OSError:
             continue  # missing or unreadable directory: nothing there for us
-        for file in files:
-            if file.suffix in SITE_SUFFIXES and not file.name.startswith(".") and file.is_file():
-                found.setdefault(file.stem, str(file))
+        for name in names:
+            stem, suffix = os.path.splitext(name)
+            path = os.path.join(directory, name)
+            if suffix in SITE_SUFFIXES and not name.startswith(".") and os.path.isfile(path):
+                found.setdefault(stem, path)
     return found
 
 
@@ -63,22 +63,24 @@ def resolve_site_path(name_or_path):
     # type: (object) -> str
     """The file of a site given by file path or by name (``<name>.yaml`` on the search path)."""
     text = str(name_or_path)
-    path = Path(text).expanduser()
-    if path.is_file() or _looks_like_path(text):
-        if not path.exists():
+    path = os.path.expanduser(text)
+    if os.path.isfile(path) or _looks_like_path(text):
+        if not os.path.exists(path):
             raise ConfigError("site config file %s does not exist" % text)
         return text
     for directory in site_search_path():
         for suffix in SITE_SUFFIXES:
-            candidate = directory / (text + suffix)
-            if candidate.is_file():
-                return str(candidate)
+            candidate = os.path.join(directory, text + suffix)
+            if os.path.isfile(candidate):
+                return candidate
     searched = ", ".join(str(d) for d in site_search_path())
     available = sorted(list_sites())
     if not available:
         raise UsageError("unknown site %r: no site config files found (searched %s); "
                          "add %s.yaml to one of those directories, set SLURMKIT_SITE_PATH, "
                          "or give the path of a site YAML file" % (text, searched, text))
+    import difflib  # only for this error message
+
     close = difflib.get_close_matches(text, available, n=1)
     raise UsageError("unknown site %r%s; available sites: %s (searched %s)"
                      % (text, " (did you mean %r?)" % close[0] if close else "", ", ".join(available), searched))

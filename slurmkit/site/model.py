@@ -130,3 +130,31 @@ class Site(NamedTuple):
 
     def switch_wait(self, cluster):
         return cluster.max_switch_wait or self.max_switch_wait
+
+
+def as_plain(value):
+    """Records as dicts (recursively) and tuples as lists: the JSON form of a Site."""
+    if hasattr(value, "_asdict"):
+        return {k: as_plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: as_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_plain(v) for v in value]
+    return value
+
+
+def site_from_plain(data: dict) -> Site:
+    """The inverse of ``as_plain(site)`` (for the on-disk site cache, which is JSON, not pickle)."""
+    def partition(p):
+        f = p["fabric"]
+        fabric = Fabric(**dict(f, hcas=tuple(f["hcas"]), roce=RoceSettings(**f["roce"])))
+        return Partition(**dict(p, fabric=fabric))
+
+    def cluster(c):
+        return Cluster(**dict(c, partitions={n: partition(p) for n, p in c["partitions"].items()},
+                              login=LoginNode(**c["login"]) if c["login"] else None,
+                              price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"])))
+
+    return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
+                       defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),
+                       setup=tuple(data["setup"]), template_dirs=tuple(data["template_dirs"])))

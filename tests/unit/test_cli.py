@@ -154,3 +154,10 @@ def test_a_command_imports_only_its_own_module():
     loaded = out.strip().splitlines()[-1]
     assert "slurmkit.cli.job_commands" in loaded
     assert "slurmkit.cli.site_commands" not in loaded and "slurmkit.cli.cluster_commands" not in loaded
+
+
+def test_job_ids_print_as_cluster_colon_id():
+    from slurmkit.jobs import JobRef
+
+    ref = JobRef("alpha", "42")
+    assert str(ref) == "alpha:42" and "cancelled %s" % (ref,) == "cancelled alpha:42"

@@ -672,7 +672,7 @@ def test_unknown_site_lists_choices(site_path):
 
 
 def test_repo_site_configs_are_on_the_path(site_path):
-    assert site_search_path()[-1] == SITE_CONFIGS
+    assert site_search_path()[-1] == str(SITE_CONFIGS)
     assert list_sites()["local"] == str(SITE_CONFIGS / "local.yaml")
     assert find_site("local").name == "local"
 
