@@ -55,8 +55,6 @@ def bench_probe(site):
 
 
 def bench_submit(site, info):
-    from dataclasses import replace
-
     from slurmkit import jobs
     from slurmkit.render import JobSpec, render
     from slurmkit.session import Session
@@ -67,7 +65,7 @@ def bench_submit(site, info):
                    output="/dev/null")
     # The plain-ssh side sends the very script slurmkit renders (a one-second `true` job).
     cluster = site.cluster("beta")
-    script = render(site, cluster, site.partition(cluster, "gpu"), replace(spec, token="plainssh")).script
+    script = render(site, cluster, site.partition(cluster, "gpu"), spec._replace(token="plainssh")).script
     ssh = ["ssh", "-F", info["ssh"]["config"], "beta", "sbatch", "--parsable"]
     plain = []
     for _ in range(N_SUBMIT):

@@ -52,9 +52,10 @@ def _sh(argv: Sequence[str]) -> str:
 # its exit status, written to both streams so stderr is split the same way.
 # `scontrol ping` goes first: it answers at once when slurmctld is down, where
 # every RPC command would retry for about MessageTimeout seconds; when it or
-# `scontrol show node` fails, the other RPCs are skipped.  The pending count is computed on
-# the login node (only a number travels back); squeue's own exit status is
-# carried out of the pipeline on fd 3, since POSIX sh has no pipefail.
+# `scontrol show node` fails, the other RPCs are skipped.  Partitions are read
+# from the nodes' lists (no extra RPC).  The pending count is computed on the
+# login node (only a number travels back); squeue's own exit status is carried
+# out of the pipeline on fd 3, since POSIX sh has no pipefail.
 PROBE_SCRIPT = """m=%(marker)s
 b() { echo "$m begin $1"; echo "$m begin $1" >&2; }
 e() { echo "$m end $1 $2"; echo "$m end $1 $2" >&2; }
@@ -64,14 +65,13 @@ if [ "$r" -eq 0 ]; then
   b nodes; %(nodes)s; r=$?; e nodes $r
 fi
 if [ "$r" -eq 0 ]; then
-  b partitions; %(partitions)s; e partitions $?
   b pending
   { r=$( { { %(pending)s; echo $? >&3; } | wc -l >&4; } 3>&1 ); } 4>&1
   e pending "$r"
 fi
 exit 0
-""" % {"marker": MARKER, "version": _sh(commands.version()), "ping": _sh(commands.ping()), "nodes": _sh(commands.show_nodes()),
-       "partitions": _sh(commands.show_partition()), "pending": _sh(commands.squeue_pending_count())}
+""" % {"marker": MARKER, "version": _sh(commands.version()), "ping": _sh(commands.ping()),
+       "nodes": _sh(commands.show_nodes()), "pending": _sh(commands.squeue_pending_count())}
 
 
 def probe_argv() -> List[str]:
@@ -113,6 +113,19 @@ def unreachable(name: str, reason: str, version: Optional[str] = None) -> Cluste
 def _one_line(text: str) -> str:
     # Tables and JSON consumers get one line, whatever the error text holds.
     return " ".join(str(text).split())
+
+
+def partitions_of(nodes: Iterable[NodeInfo]) -> List[str]:
+    """The partitions the nodes belong to, in order of first appearance.
+
+    Every node lists its partitions, so the probe needs no separate
+    ``scontrol show partition`` RPC (a partition without nodes runs nothing).
+    """
+    seen: Dict[str, None] = {}
+    for node in nodes:
+        for name in node.partitions:
+            seen.setdefault(name, None)
+    return list(seen)
 
 
 def summarize(name: str, version: Optional[str], nodes: Iterable[NodeInfo], partitions: Iterable[str],
@@ -173,7 +186,7 @@ def _split(text: str, sections: Dict[str, _Section], stream: str):
         setattr(sections[current], stream, "".join(chunks))
 
 
-_WHAT = {"version": "scontrol --version", "ping": "scontrol ping", "nodes": "scontrol show node", "partitions": "scontrol show partition",
+_WHAT = {"version": "scontrol --version", "ping": "scontrol ping", "nodes": "scontrol show node",
          "pending": "squeue"}
 
 
@@ -224,7 +237,7 @@ def parse_probe(stdout: str, stderr: str, returncode: int, name: str = "",
             version = parsers.parse_version(sections["version"].stdout)
         except SlurmCommandError as exc:
             problem = str(exc)
-    for key in ("ping", "nodes", "partitions", "pending"):
+    for key in ("ping", "nodes", "pending"):
         if problem is None:
             problem = _failure(name, key, sections.get(key))
     if problem is not None:
@@ -233,8 +246,8 @@ def parse_probe(stdout: str, stderr: str, returncode: int, name: str = "",
     if not count.isdigit():
         return unreachable(name, "squeue's pending-job count%s is not a number: %r"
                            % (" on cluster %s" % name if name else "", count[:100]), version)
-    return summarize(name, version, parsers.parse_nodes(sections["nodes"].stdout),
-                     list(parsers.parse_partitions(sections["partitions"].stdout)), int(count), accelerator_gres)
+    nodes = parsers.parse_nodes(sections["nodes"].stdout)
+    return summarize(name, version, nodes, partitions_of(nodes), int(count), accelerator_gres)
 
 
 # --------------------------------------------------------------------------

@@ -52,9 +52,10 @@ def test_probe_argv_is_one_constant_shell_command():
     argv = probe.probe_argv()
     assert argv == ["sh", "-c", probe.PROBE_SCRIPT]
     assert probe.probe_argv() == argv   # constant: no user values anywhere
-    for command in ("scontrol --version", "scontrol --oneliner --details show node",
-                    "scontrol --oneliner show partition", "squeue --noheader --states=PENDING --format=%i"):
+    for command in ("scontrol --version", "scontrol ping", "scontrol --oneliner --details show node",
+                    "squeue --noheader --states=PENDING --format=%i"):
         assert command in probe.PROBE_SCRIPT
+    assert "show partition" not in probe.PROBE_SCRIPT   # partitions come from the nodes' lists
     assert "| wc -l" in probe.PROBE_SCRIPT
 
 
@@ -443,3 +444,8 @@ def test_commands_have_help():
         for param in command.params:
             if param.param_type_name == "option":
                 assert param.help, param.opts
+
+
+def test_partitions_come_from_the_nodes_in_order():
+    nodes = parse_nodes("NodeName=a1 Partitions=gpu,cpu\nNodeName=a2 Partitions=cpu,debug\nNodeName=a3\n")
+    assert probe.partitions_of(nodes) == ["gpu", "cpu", "debug"]
