@@ -161,3 +161,19 @@ def test_job_ids_print_as_cluster_colon_id():
 
     ref = JobRef("alpha", "42")
     assert str(ref) == "alpha:42" and "cancelled %s" % (ref,) == "cancelled alpha:42"
+
+
+@pytest.mark.parametrize("words,cword,expected", [
+    ("slurmkit su", 1, "plain,submit"),
+    ("slurmkit submit --site lo", 3, "plain,local"),          # site names complete from the search path
+    ("slurmkit site va", 2, "plain,validate"),
+])
+def test_shell_completion(words, cword, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, _SLURMKIT_COMPLETE="bash_complete", COMP_WORDS=words, COMP_CWORD=str(cword))
+    out = subprocess.run([sys.executable, "-c", "from slurmkit.cli import run; run()"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and expected in out.stdout.split("\n"), out.stdout + out.stderr
