@@ -121,7 +121,8 @@ def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = 
     With refs: one squeue per cluster involved, whatever the number of jobs.
     Without: the user's slurmkit jobs (comment ``slurmkit:...``) on every
     cluster of the site, asked in parallel; a cluster that cannot be reached
-    is reported, not fatal.
+    is reported, not fatal.  The user is ``user``, else the account slurmkit
+    uses on that cluster (the login node's user over SSH, else this one).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -133,7 +134,9 @@ def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = 
 
         def mine(cluster):
             try:
-                return [j for j in session.backend(cluster).jobs(user=user) if j.comment.startswith("slurmkit:")], None
+                backend = session.backend(cluster)
+                jobs_there = backend.jobs(user=user or account_on(session.site.clusters[cluster]))
+                return [j for j in jobs_there if j.comment.startswith("slurmkit:")], None
             except SlurmkitError as exc:
                 return [], str(exc)
 
@@ -155,6 +158,17 @@ def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = 
             else:
                 missing.append(JobRef(cluster, job_id))
     return found, missing, unreachable
+
+
+def account_on(cluster) -> str:
+    """The user name slurmkit's commands run as on ``cluster``."""
+    import getpass
+
+    from slurmkit.slurm import reach
+
+    if reach(cluster) == "ssh" and cluster.login.user:
+        return cluster.login.user
+    return getpass.getuser()
 
 
 def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:

@@ -84,7 +84,8 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
 
 @click.command(context_settings=CONTEXT)
 @site_option
-@click.option("--user", "-u", metavar="USER", help="Without JOB ids: list this user's slurmkit jobs.")
+@click.option("--user", "-u", metavar="USER",
+              help="Without JOB ids: list this user's slurmkit jobs (default: your own).")
 @json_option
 @click.argument("job_ids", nargs=-1, metavar="[JOB]...")
 @pass_session

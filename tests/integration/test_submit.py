@@ -105,6 +105,8 @@ def test_status_cancel_round_trip(devcluster, tmp_path):
     assert status["jobs"][0]["state"] == "CANCELLED"
     mine = json.loads(slurmkit("status", "--json").stdout)["jobs"]
     assert job["id"] in {j["id"] for j in mine}
+    others = json.loads(slurmkit("status", "--json", "--user", "nobody").stdout)["jobs"]
+    assert job["id"] not in {j["id"] for j in others}   # by default only your own jobs are listed
 
 
 def test_unknown_job_is_exit_1(devcluster):
