@@ -29,7 +29,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from slurmkit.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
-from slurmkit.jobs import JobRef, Submission, new_token, prepare
+from slurmkit.jobs import JobRef, Submission, job_with_token, new_token, prepare
 from slurmkit.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Partition, Site
@@ -206,9 +206,9 @@ def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callab
         try:
             if attempt > 1 and not getattr(backend, "submit_once", False):
                 # Without the cluster-side wrapper, look for the token ourselves first.
-                existing = [j for j in backend.find_by_token("slurmkit:" + token) if j.comment == "slurmkit:" + token]
-                if existing:
-                    return Submission(JobRef(candidate.cluster, existing[0].job_id), candidate.rendered, token,
+                existing = job_with_token(backend, token)
+                if existing is not None:
+                    return Submission(JobRef(candidate.cluster, existing.job_id), candidate.rendered, token,
                                       existed=True)
             job_id = backend.submit(candidate.rendered.script, token=token)
             return Submission(JobRef(candidate.cluster, job_id), candidate.rendered, token)

@@ -66,7 +66,7 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     ``submit`` sends (give ``--token`` to make the two identical).
     """
     if spec.token is None:
-        spec = _with_token(spec, new_token())
+        spec = spec._replace(token=new_token())
     elif not TOKEN_RE.match(spec.token):
         raise UsageError("--token must be 1-64 letters, digits, '.', '_' or '-'")
     site = session.site
@@ -91,20 +91,22 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     caller_token = token is not None
     if token is None:
         token = new_token()
-        spec = _with_token(spec, token)
+        spec = spec._replace(token=token)
     rendered = prepare(session, spec, cluster, partition)
     backend = session.backend(rendered.cluster)
     if caller_token:
         # The caller may be retrying: never create a second job for the same token.
-        existing = [j for j in backend.find_by_token("slurmkit:" + token) if j.comment == "slurmkit:" + token]
-        if existing:
-            return Submission(JobRef(rendered.cluster, existing[0].job_id), rendered, token, existed=True)
+        existing = job_with_token(backend, token)
+        if existing is not None:
+            return Submission(JobRef(rendered.cluster, existing.job_id), rendered, token, existed=True)
     job_id = backend.submit(rendered.script, token=token)
     return Submission(JobRef(rendered.cluster, job_id), rendered, token)
 
 
-def _with_token(spec: JobSpec, token: str) -> JobSpec:
-    return spec._replace(token=token)
+def job_with_token(backend, token: str) -> Optional[JobInfo]:
+    """The job submitted with ``token`` (its comment is exactly ``slurmkit:TOKEN``), if any."""
+    comment = "slurmkit:" + token
+    return next((j for j in backend.find_by_token(comment) if j.comment == comment), None)
 
 
 def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":
