@@ -131,8 +131,8 @@ def price_at(cluster: Cluster, when: datetime) -> Optional[float]:
     hour = when.hour
     for window in cluster.price_per_gpu_hour:
         start, end = window.start_hour, window.end_hour
-        inside = start <= hour < end if start < end else (hour >= start or hour < end)
-        if inside or (start == 0 and end == 24):
+        # "08-20" is 08:00-19:59; "20-08" wraps past midnight.
+        if (start <= hour < end) if start < end else (hour >= start or hour < end):
             return window.price
     return None
 
