@@ -159,7 +159,8 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
 
 
 def gres_name(partition: Partition) -> str:
-    return partition.gres_name or ("npu" if partition.accelerator == "ascend" else "gpu")
+    """The gres a job requests; "gpu" names the (absent) accelerators of a CPU partition in messages."""
+    return partition.effective_gres_name or "gpu"
 
 
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,

@@ -77,9 +77,10 @@ def topology_report(session, cluster_name=None, partition_name=None) -> str:
         members = set(topology.hostlist.expand(layout.partition_nodes.get(part.name, "")))
         nodes = [n for n in nodes if n.name in members]
     else:
-        parts = list(cluster.partitions.values())
-        if parts and all(p.accelerator == "ascend" for p in parts if p.accelerator != "none"):
-            gres = "npu" if any(p.accelerator == "ascend" for p in parts) else "gpu"
+        # Count the cluster's one kind of accelerator; with several kinds, GPUs.
+        kinds = {gres_name(p) for p in cluster.partitions.values() if p.accelerator != "none"}
+        if len(kinds) == 1:
+            gres = kinds.pop()
     header = "cluster %s" % cluster.name + (" partition %s" % partition_name if partition_name else "")
     return header + "\n" + topology.draw(layout, nodes, gres)
 
