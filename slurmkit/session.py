@@ -21,6 +21,7 @@ class Session:
         self._backends: Dict[str, SlurmBackend] = {}
         self._lock = threading.Lock()
         self._topology_cache = topology_cache
+        self._layouts: Dict[str, object] = {}   # per process: the disk cache is read once per cluster
 
     def backend(self, cluster_name: str) -> SlurmBackend:
         cluster = self.site.cluster(cluster_name)
@@ -34,13 +35,16 @@ class Session:
             return self._backends[cluster.name]
 
     def layout(self, cluster: Cluster):
-        """The cluster's switch layout, from the on-disk cache when fresh."""
+        """The cluster's switch layout, from the on-disk cache when fresh (read once per session)."""
         from slurmkit import slurm, topology
 
-        if self._topology_cache is None:
-            self._topology_cache = topology.TopologyCache()
-        key = "%s-%s-%s" % (self.site.name, cluster.name, slurm.reach(cluster))
-        return self._topology_cache.get(key, lambda: topology.load_layout(self.backend(cluster.name)))
+        if cluster.name not in self._layouts:
+            if self._topology_cache is None:
+                self._topology_cache = topology.TopologyCache()
+            key = "%s-%s-%s" % (self.site.name, cluster.name, slurm.reach(cluster))
+            self._layouts[cluster.name] = self._topology_cache.get(
+                key, lambda: topology.load_layout(self.backend(cluster.name)))
+        return self._layouts[cluster.name]
 
     def close(self):
         with self._lock:
