@@ -57,3 +57,18 @@ bench: venv compile cluster-up
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# PyTorch (the CPU build, from the local wheel on the test machines) for the example
+# training program and the tests that run it. A step of its own so that `make unit`
+# never needs it; the stamp makes a second run free, and pip only checks when the
+# venv was rebuilt. TORCH_SPEC pins the release the tests were written against.
+TORCH_SPEC ?= torch==2.13.0
+.PHONY: venv-train
+venv-train: $(VENV)/.installed-train
+
+$(VENV)/.installed-train: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check '$(TORCH_SPEC)'
+	$(PY) -W ignore -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch without gloo"'
+	touch $@
+
+test: venv-train
