@@ -36,7 +36,7 @@ def accepted(log):
 
 
 def bench_probe(site):
-    from slurmkit.probe import probe_all
+    from slurmkit.federation.survey import probe_all
     from slurmkit.session import Session
 
     one, three = [], []
@@ -56,7 +56,7 @@ def bench_probe(site):
 
 def bench_submit(site, info):
     from slurmkit import jobs
-    from slurmkit.render import JobSpec, render
+    from slurmkit.script.render import JobSpec, render
     from slurmkit.session import Session
 
     beta = info["clusters"]["beta"]

@@ -1,4 +1,4 @@
-"""Private per-user cache directories, and the cached site config.
+"""Private per-user cache directories (used by the site, script and topology caches).
 
 Start-up time matters: ``slurmkit submit`` runs as a fresh process for every
 job, so parsed site configs, compiled and rendered templates are kept on
@@ -9,7 +9,6 @@ caching rather than trusting the files.  The site cache itself is JSON.
 Paths are plain strings: this module is on every submission's path.
 """
 
-import json
 import os
 import stat
 from typing import Optional
@@ -42,36 +41,3 @@ def write_private(path: str, text: str) -> None:
         os.replace(tmp, path)  # a concurrent reader sees the old file or the new one, never half
     except OSError:
         pass
-
-
-def load_site_cached(path: str):
-    """The Site in ``path``, from the cache when the file is unchanged.
-
-    The key is the file's real path, size and modification time plus the
-    slurmkit version, so an edited config or an upgrade is loaded afresh.
-    """
-    from slurmkit import __version__
-    from slurmkit.site.model import as_plain, site_from_plain
-
-    real = os.path.realpath(path)
-    directory = private_dir("sites")
-    try:
-        info = os.stat(real)
-    except OSError:
-        directory = None
-    if directory is not None:
-        key = [real, info.st_size, info.st_mtime_ns, __version__]
-        entry = os.path.join(directory, "".join(c if c.isalnum() else "_" for c in real)[-150:] + ".json")
-        try:
-            with open(entry) as fh:
-                data = json.load(fh)
-            if data["key"] == key:
-                return site_from_plain(data["site"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # missing, corrupt or from another version: load the file below
-    from slurmkit.site.loader import load_site
-
-    site = load_site(path)
-    if directory is not None:
-        write_private(entry, json.dumps({"key": key, "site": as_plain(site)}))
-    return site

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
-from slurmkit.render import JobSpec, RenderedJob, render
+from slurmkit.script.render import JobSpec, RenderedJob, render
 from slurmkit.session import Session
 
 if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo
@@ -79,7 +79,7 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
         except SlurmkitError as exc:
             raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
                              "give the leaf switch count with --switches N" % (target.name, exc)) from None
-    from slurmkit.render_cache import render_cached
+    from slurmkit.script.cache import render_cached
 
     return render_cached(site, target, part, spec, layout, render)
 
@@ -166,7 +166,7 @@ def account_on(cluster) -> str:
     """The user name slurmkit's commands run as on ``cluster``."""
     import getpass
 
-    from slurmkit.slurm import reach
+    from slurmkit.session import reach
 
     if reach(cluster) == "ssh" and cluster.login.user:
         return cluster.login.user

@@ -1,16 +1,21 @@
 """A Session: one site, and lazily opened backends for its clusters.
 
+This is where a transport is wired to a backend (:func:`reach`,
+:func:`make_backend`): ``slurmkit.slurm`` knows nothing of SSH and
+``slurmkit.remote`` nothing of backends.
+
 Commands create one Session, use it, and close it; connections to a cluster
 (SSH to its login node) are opened on first use and reused for every later
 call in the process.  Tests inject ``backend_factory`` to point a session at
 their own backends.
 """
 
+import os
 import threading
 from typing import Callable, Dict, Optional
 
 from slurmkit.site.model import Cluster, Site
-from slurmkit.slurm.backend import SlurmBackend
+from slurmkit.slurm.backend import CommandBackend, SlurmBackend
 
 
 class Session:
@@ -28,20 +33,18 @@ class Session:
         with self._lock:
             if cluster.name not in self._backends:
                 if self._factory is None:
-                    from slurmkit.slurm import make_backend
-
                     self._factory = make_backend
                 self._backends[cluster.name] = self._factory(cluster)
             return self._backends[cluster.name]
 
     def layout(self, cluster: Cluster):
         """The cluster's switch layout, from the on-disk cache when fresh (read once per session)."""
-        from slurmkit import slurm, topology
+        from slurmkit.script import topology
 
         if cluster.name not in self._layouts:
             if self._topology_cache is None:
                 self._topology_cache = topology.TopologyCache()
-            key = "%s-%s-%s" % (self.site.name, cluster.name, slurm.reach(cluster))
+            key = "%s-%s-%s" % (self.site.name, cluster.name, reach(cluster))
             self._layouts[cluster.name] = self._topology_cache.get(
                 key, lambda: topology.load_layout(self.backend(cluster.name)))
         return self._layouts[cluster.name]
@@ -57,3 +60,52 @@ class Session:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def reach(cluster) -> str:
+    """'local' or 'ssh': how this process reaches ``cluster``.
+
+    SLURMKIT_VIA=local|ssh forces it.  Otherwise a cluster whose ``slurm_conf``
+    exists on this machine (or that has no login node) is used locally, and
+    any other cluster through its login node.
+    """
+    forced = os.environ.get("SLURMKIT_VIA", "").strip().lower()
+    if forced in ("local", "ssh"):
+        if forced == "ssh" and cluster.login is None:
+            from slurmkit.errors import ConfigError
+
+            raise ConfigError("SLURMKIT_VIA=ssh but cluster %r has no login node in the site config" % cluster.name)
+        return forced
+    if cluster.login is None or (cluster.slurm_conf and os.path.exists(cluster.slurm_conf)):
+        return "local"
+    return "ssh"
+
+
+def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
+    """The backend for ``cluster``, reached as :func:`reach` decides.
+
+    Locally, pyslurm is used only when it imports and its MAJOR.MINOR equals
+    the cluster's Slurm (``pyslurm_backend.unusable_reason`` checks); otherwise the
+    Slurm commands.  SLURMKIT_BACKEND=commands|pyslurm forces a choice.
+    """
+    forced = os.environ.get("SLURMKIT_BACKEND", "").strip().lower()
+    if reach(cluster) == "ssh":
+        from slurmkit.remote.runner import SSHRunner
+
+        return CommandBackend(SSHRunner(cluster.login, cluster.name), cluster.name, submit_once=True)
+    from slurmkit.slurm.runner import LocalRunner
+
+    runner = LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)
+    from slurmkit.slurm import pyslurm_installed
+
+    if forced != "commands" and prefer_pyslurm and (forced == "pyslurm" or pyslurm_installed()):
+        from slurmkit.slurm import pyslurm_backend
+
+        reason = pyslurm_backend.unusable_reason(runner, cluster)
+        if reason is None:
+            return pyslurm_backend.PyslurmBackend(cluster)
+        if forced == "pyslurm":
+            from slurmkit.errors import UsageError
+
+            raise UsageError("SLURMKIT_BACKEND=pyslurm but pyslurm cannot be used: %s" % reason)
+    return CommandBackend(runner, cluster.name)

@@ -1,13 +1,13 @@
 """Cluster commands: ``clusters`` (is every cluster reachable?), ``topology``, ``site trust``.
 
-Thin commands over :mod:`slurmkit.probe` and :mod:`slurmkit.reports`;
+Thin commands over :mod:`slurmkit.federation.survey` and :mod:`slurmkit.cli.display`;
 ``trust`` is attached to the ``site`` group by ``site_commands``.
 """
 
 import click
 
 from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
-from slurmkit.reports import format_table as _table
+from slurmkit.cli.display import format_table as _table
 
 
 def _accelerators(status):
@@ -37,9 +37,9 @@ def clusters_command(session, as_json, names):
     clusters in parallel.  Idle counts are idle/total; an unreachable
     cluster shows why on its row.  Exits 1 only when no cluster is reachable.
     """
-    from slurmkit import probe
+    from slurmkit.federation import survey
 
-    statuses = probe.probe_all(session, list(names) or None)
+    statuses = survey.probe_all(session, list(names) or None)
     if as_json:
         print_json([s.to_dict() for s in statuses])
     else:
@@ -62,9 +62,9 @@ def trust_command(session, yes, cluster):
     the login's known_hosts file.  Compare the fingerprint with one obtained
     out of band (e.g. from the cluster's admins) before saying yes.
     """
-    from slurmkit import probe
+    from slurmkit.remote import trust
 
-    offer = probe.login_host_key(session.site, cluster)
+    offer = trust.login_host_key(session.site, cluster)
     click.echo("cluster %s: login node %s" % (offer.cluster, offer.hostport))
     click.echo("host key: %s %s" % (offer.keytype, offer.fingerprint))
     click.echo("known_hosts file: %s" % offer.target_file)
@@ -74,7 +74,7 @@ def trust_command(session, yes, cluster):
     if not yes and not click.confirm("Trust this key?", default=False):
         click.echo("not trusted; nothing was written", err=True)
         return 1
-    if probe.trust_login_key(offer):
+    if trust.trust_login_key(offer):
         click.echo("trusted: added %s %s to %s" % (offer.hostport, offer.keytype, offer.target_file))
     else:
         click.echo("already trusted (%s); nothing to do" % offer.target_file)
@@ -88,6 +88,6 @@ def trust_command(session, yes, cluster):
 @pass_session
 def topology(session, cluster, partition):
     """Draw the cluster's switch tree with each node's state and free GPUs."""
-    from slurmkit import reports
+    from slurmkit.cli import display
 
-    click.echo(reports.topology_report(session, cluster, partition))
+    click.echo(display.topology_report(session, cluster, partition))

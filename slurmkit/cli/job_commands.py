@@ -4,7 +4,7 @@ import click
 
 from slurmkit.cli.options import (CONTEXT, cluster_option, job_options, job_spec_from, json_option, pass_session,
                                   print_json, site_option, warn)
-from slurmkit.reports import format_table
+from slurmkit.cli.display import format_table
 
 
 @click.command(context_settings=CONTEXT)
@@ -61,14 +61,15 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
         else:
             click.echo(str(submission.ref))
         return 0
-    from slurmkit import federation, reports  # only multi-cluster submissions pay for these imports
+    from slurmkit.federation import planner
+    from slurmkit.cli import display  # only multi-cluster submissions pay for these imports
 
     names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
-    placement = federation.submit_best(session, spec, names, partition, federation.parse_accel(accel),
+    placement = planner.submit_best(session, spec, names, partition, planner.parse_accel(accel),
                                        dry_run=dry_run)
     if explain or (dry_run and not as_json):
         # With --dry-run the table is the result (stdout); with --explain it is commentary (stderr).
-        click.echo(reports.candidates_table(placement), err=explain)
+        click.echo(display.candidates_table(placement), err=explain)
     if placement.submission is None:
         if as_json:
             print_json(placement.to_dict())
@@ -125,12 +126,13 @@ def wait(session, timeout, as_json, job_id):
 
     Exits 1 unless the job COMPLETED.
     """
-    from slurmkit import jobs, reports
+    from slurmkit import jobs
+    from slurmkit.cli import display
 
     ref = jobs.parse_ref(job_id, session)
     final = jobs.wait(session, ref, timeout=timeout,
                       on_change=None if as_json else lambda j: click.echo("%s %s" % (ref, j.state), err=True))
-    summary = reports.job_summary(session, ref, final)
+    summary = display.job_summary(session, ref, final)
     if as_json:
         print_json(summary)
     else:

@@ -85,7 +85,7 @@ def job_options(func):
 
 def job_spec_from(kwargs):
     """Build a JobSpec from the job options; pops them from ``kwargs``."""
-    from slurmkit.render import JobSpec
+    from slurmkit.script.render import JobSpec
 
     return JobSpec(
         command=tuple(kwargs.pop("command")), nodes=kwargs.pop("nodes"), gpus_per_node=kwargs.pop("gpus_per_node"),

@@ -4,14 +4,14 @@ import click
 
 from slurmkit.cli.cluster_commands import trust_command
 from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
-from slurmkit.reports import format_table
+from slurmkit.cli.display import format_table
 
 
 @click.command(context_settings=CONTEXT)
 @site_option
 def templates(site):
     """List the job templates (the site's own first, then the built-ins)."""
-    from slurmkit import render as rendering
+    from slurmkit.script import render as rendering
     from slurmkit.site import find_site
 
     site_obj = find_site(site) if site else None
@@ -29,9 +29,9 @@ def site():
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def site_validate(files):
     """Check site config files: one line per problem, exit 2 if any."""
-    from slurmkit import reports
+    from slurmkit.cli import display
 
-    problems, warnings, ok = reports.validate_report(files)
+    problems, warnings, ok = display.validate_report(files)
     for line in warnings:
         click.echo("Warning: %s" % line, err=True)
     for line in problems:
@@ -47,12 +47,12 @@ def site_validate(files):
 @pass_session
 def site_show(session, as_json):
     """Show the site: clusters, partitions, fabric settings and defaults."""
-    from slurmkit import reports
+    from slurmkit.cli import display
 
     if as_json:
-        print_json(reports.site_dict(session.site))
+        print_json(display.site_dict(session.site))
     else:
-        click.echo(reports.site_text(session.site))
+        click.echo(display.site_text(session.site))
 
 
 site.add_command(trust_command)

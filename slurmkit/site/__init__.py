@@ -14,7 +14,7 @@ __all__ = ["Problem", "find_site", "list_sites", "load_site", "resolve_site_path
 
 
 def find_site(name_or_path):
-    from slurmkit.cache import load_site_cached
+    from slurmkit.site.cache import load_site_cached
 
     return load_site_cached(resolve_site_path(name_or_path))
 

@@ -67,8 +67,8 @@ DEFAULT_GRES_NAME = {"nvidia": "gpu", "ascend": "npu"}
 # ---------------------------------------------------------------------------
 # Slurm time strings
 
-# One parser of Slurm times for the whole project: slurmkit.slurmtime.
-from slurmkit.slurmtime import TIME_FORMATS_TEXT, UNLIMITED_TIMES, slurm_time_seconds  # noqa: E402,F401
+# One parser of Slurm times for the whole project: slurmkit.slurm.times.
+from slurmkit.slurm.times import TIME_FORMATS_TEXT, UNLIMITED_TIMES, slurm_time_seconds  # noqa: E402,F401
 
 
 def check_time(value):
@@ -90,7 +90,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HOURS_RE = re.compile(r"^(\d{1,2})-(\d{1,2})$")
 # [user@]host[:port], several hops separated by commas (ssh -J syntax).
-_JUMP_RE = re.compile(r"^(?:[^@\s,:]+@)?(?:\[[0-9A-Fa-f:.]+\]|[^@\s,:\[\]]+)(?::\d{1,5})?$")
 
 
 def check_name(value):
@@ -108,9 +107,14 @@ def check_env_name(value):
 
 
 def check_proxy_jump(value):
-    hops = value.split(",")
-    if not all(_JUMP_RE.match(hop) for hop in hops):
-        return "%r is not a valid jump host; use user@host:port (several hops separated by commas)" % value
+    # The very rule connections use, so a value that validates also connects.
+    from slurmkit.errors import ConfigError
+    from slurmkit.site.proxy_jump import parse_proxy_jump
+
+    try:
+        parse_proxy_jump(value)
+    except ConfigError as exc:
+        return str(exc)
     return None
 
 

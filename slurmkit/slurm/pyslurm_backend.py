@@ -63,18 +63,16 @@ import re
 import socket
 import sys
 import threading
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from slurmkit import slurmtime
 from slurmkit.errors import SlurmCommandError, SlurmkitError, SlurmUnavailableError
-from slurmkit.slurm import commands, parsers
+from slurmkit.slurm import commands, directives, parsers, pyslurm_installed, times
 from slurmkit.slurm.backend import _UNREACHABLE_RE, CommandBackend
 from slurmkit.slurm.runner import LocalRunner, Runner
 from slurmkit.slurm.types import JobInfo
 
-_JOBINFO_FIELDS = frozenset(f.name for f in fields(JobInfo))
 
 # ---------------------------------------------------------------------------
 # Whether pyslurm may be used
@@ -98,16 +96,6 @@ def versions_match(pyslurm_version: str, slurm_version: str) -> bool:
     """
     ours, theirs = parsers.major_minor(pyslurm_version or ""), parsers.major_minor(slurm_version or "")
     return ours is not None and ours == theirs
-
-
-def _pyslurm_installed() -> bool:
-    """Whether ``import pyslurm`` could find anything (without importing it)."""
-    if "pyslurm" in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec("pyslurm") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _installed_version() -> Optional[str]:
@@ -206,7 +194,7 @@ def unusable_reason(runner: Runner, cluster) -> Optional[str]:
     calls ``fatal()`` (exits the process) when it finds no configuration.
     """
     with _LOCK:
-        if not _pyslurm_installed():
+        if not pyslurm_installed():
             return "pyslurm is not installed"
         conf = _effective_conf(cluster)
         conflict = conf_conflict(conf, _initialised())
@@ -302,9 +290,8 @@ def job_to_info(obj) -> JobInfo:
         comment=_attr(obj, "comment") or "",
         exit_code=int(exit_code) if exit_code is not None else None,
         cluster=_attr(obj, "cluster") or "",
+        stdout=_attr(obj, "standard_output") or "",
     )
-    if "stdout" in _JOBINFO_FIELDS:
-        values["stdout"] = _attr(obj, "standard_output") or ""
     return JobInfo(**values)
 
 
@@ -319,105 +306,6 @@ def records_of(collection) -> list:
     if callable(values):
         return list(values())
     return list(collection)
-
-
-# -- #SBATCH directives -------------------------------------------------------
-
-# sbatch's short options that slurmkit may meet, as long names.
-_SHORT = {"J": "job-name", "p": "partition", "N": "nodes", "n": "ntasks", "c": "cpus-per-task",
-          "t": "time", "A": "account", "q": "qos", "o": "output", "e": "error", "D": "chdir"}
-# Long options that take a value, and flags, that submit_description maps.
-_WITH_VALUE = frozenset({"job-name", "partition", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task",
-                         "time", "account", "qos", "output", "error", "chdir", "comment", "gres",
-                         "gpus-per-node", "mem", "mem-per-cpu"})
-_FLAGS = frozenset({"exclusive"})
-# Input environment variables of sbatch that do not start with SBATCH_ (src/sbatch/opt.c env_vars).
-_SBATCH_INPUT_ENV = frozenset({"SLURM_CLUSTERS", "SLURM_HINT"})
-_UNSUPPORTED = object()
-
-
-def _directive_args(text: str) -> List[str]:
-    """Split what follows ``#SBATCH`` into arguments the way sbatch does.
-
-    Mirrors sbatch's ``_get_argument`` (src/sbatch/opt.c): whitespace
-    separates arguments, double quotes group (single quotes are ordinary
-    characters), a backslash escapes the next character, and an unescaped
-    ``#`` ends the line even inside quotes.  An empty argument (``""``) ends
-    the line too.  This is the quoting ``slurmkit.render.sbatch_quote`` writes.
-    """
-    args: List[str] = []
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return args
-        current, quoted, escape = [], False, False
-        while i < n and (quoted or not text[i].isspace()):
-            ch = text[i]
-            i += 1
-            if escape:
-                current.append(ch)
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                quoted = not quoted
-            elif ch == "#":
-                i = n  # the rest of the line is a comment
-                break
-            else:
-                current.append(ch)
-        if not current:
-            return args
-        args.append("".join(current))
-
-
-def sbatch_directives(script: str) -> List[Tuple[str, object]]:
-    """The ``#SBATCH`` options of ``script`` as ``(long name, value)`` pairs.
-
-    Like sbatch, directives are read from the top of the script until the
-    first line that is neither blank nor a comment (sbatch(1): "sbatch will
-    stop processing further #SBATCH directives once the first non-comment
-    non-whitespace line has been reached").  A flag's value is None;
-    an option this module cannot map, or cannot tell the arguments of, comes
-    back as ``(text, _UNSUPPORTED)`` so the caller falls back to sbatch.
-    """
-    out: List[Tuple[str, object]] = []
-    for line in script.splitlines()[1:]:  # line 1 is the #! line
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break  # sbatch stops at the first command
-        if not line.startswith("#SBATCH"):
-            continue
-        args = _directive_args(line[len("#SBATCH"):])
-        i = 0
-        while i < len(args):
-            arg = args[i]
-            i += 1
-            if arg.startswith("--"):
-                name, eq, value = arg[2:].partition("=")
-                if name in _FLAGS and not eq:
-                    out.append((name, None))
-                    continue
-                if name not in _WITH_VALUE:
-                    out.append((arg, _UNSUPPORTED))
-                    continue
-                needs_next = not eq
-            elif arg.startswith("-") and len(arg) > 1 and arg[1] in _SHORT:
-                name, value = _SHORT[arg[1]], arg[2:]
-                needs_next = not value
-            else:
-                out.append((arg, _UNSUPPORTED))
-                continue
-            if needs_next:  # "--time 5" / "-t 5": the value is the next argument
-                if i >= len(args):
-                    out.append((arg, _UNSUPPORTED))
-                    continue
-                value = args[i]
-                i += 1
-            out.append((name, value))
-    return out
 
 
 class _Unsupported(Exception):
@@ -454,7 +342,7 @@ def _minutes(value: str):
     Seconds round up and 0 means no limit, as in sbatch.
     """
     try:
-        minutes = slurmtime.parse_minutes(value)
+        minutes = times.parse_minutes(value)
     except SlurmkitError:
         raise _Unsupported(value) from None
     if minutes is None or minutes == 0:
@@ -473,7 +361,7 @@ def _positive_int(value: str) -> int:
     return int(value)
 
 
-def submit_description(directives: Iterable[Tuple[str, object]]) -> Optional[dict]:
+def submit_description(options: Iterable[Tuple[str, object]]) -> Optional[dict]:
     """``JobSubmitDescription`` keyword arguments for these directives.
 
     None when any directive has no faithful pyslurm equivalent (``--switches``
@@ -484,8 +372,8 @@ def submit_description(directives: Iterable[Tuple[str, object]]) -> Optional[dic
     gres: Dict[str, int] = {}
     seen = set()
     try:
-        for name, value in directives:
-            if value is _UNSUPPORTED:
+        for name, value in options:
+            if value is directives.UNSUPPORTED:
                 return None
             if name in seen:
                 return None  # sbatch: the last one wins; rare enough to leave to sbatch
@@ -614,10 +502,10 @@ class PyslurmBackend(CommandBackend):
 
     def submit(self, script, token=None):
         kw = None
-        if not any(k.startswith("SBATCH_") or k in _SBATCH_INPUT_ENV for k in os.environ):
+        if not any(k.startswith("SBATCH_") or k in directives.SBATCH_INPUT_ENV for k in os.environ):
             # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
             # override directives; only sbatch itself applies them faithfully.
-            kw = submit_description(sbatch_directives(script))
+            kw = submit_description(directives.sbatch_directives(script))
         if kw is None:
             self.last_submit_via = "sbatch"
             return super().submit(script, token)

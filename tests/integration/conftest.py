@@ -31,15 +31,14 @@ from typing import Dict, Iterable, List
 
 import pytest
 
+from slurmkit.slurm.types import FINISHED_STATES as TERMINAL_STATES  # one definition of "finished"
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (REPO / ".devcluster"))
 CLUSTERS_JSON = STATE / "clusters.json"
 DEVCLUSTER = REPO / "devcluster" / "devcluster.py"
 HINT = "run `make cluster-up` (or: python3 devcluster/devcluster.py up)"
-
-TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
 
 
 # --------------------------------------------------------------------------

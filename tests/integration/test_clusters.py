@@ -236,7 +236,7 @@ def test_site_trust_errors(dev, home, untrusted_site):
 
 def test_probe_script_on_real_slurm_counts_pending_and_fails_fast(devcluster, devcluster_control):
     """The probe's shell script itself, run with the real Slurm commands of gamma (no SSH)."""
-    from slurmkit.probe import parse_probe, probe_argv
+    from slurmkit.federation.survey import parse_probe, probe_argv
 
     env = devcluster["gamma"].env
     held = [slurm_cmd("gamma", "sbatch", "--parsable", "--hold", "-t", "1", "-o", "/dev/null", "--wrap", "true")

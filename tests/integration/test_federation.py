@@ -162,9 +162,9 @@ def _lock_is_waited_on(path):
 
 
 def test_connection_cut_mid_submit_leaves_exactly_one_job(devcluster, tmp_path, monkeypatch):
-    from slurmkit import federation
-    from slurmkit.remote import ssh
-    from slurmkit.render import JobSpec
+    from slurmkit.federation import planner
+    from slurmkit.remote import pool
+    from slurmkit.script.render import JobSpec
     from slurmkit.session import Session
     from slurmkit.site import load_site
 
@@ -174,7 +174,7 @@ def test_connection_cut_mid_submit_leaves_exactly_one_job(devcluster, tmp_path, 
     spec = JobSpec(command=("sleep", "120"), template="single", time="3", gpus_per_node=0, token=token,
                    output=str(tmp_path / "o-%j"))
     lock_path = _lock_path(token)
-    opened_before = ssh.connection_count()
+    opened_before = pool.connection_count()
     # Hold the login node's per-token lock: the remote submit then waits *after*
     # the whole script has arrived, the moment we cut the connection.
     with open(lock_path, "w") as lock:
@@ -184,7 +184,7 @@ def test_connection_cut_mid_submit_leaves_exactly_one_job(devcluster, tmp_path, 
 
             def submit():
                 try:
-                    result["placement"] = federation.submit_best(session, spec, ["beta"], partition="gpu")
+                    result["placement"] = planner.submit_best(session, spec, ["beta"], partition="gpu")
                 except Exception as exc:  # reported below
                     result["error"] = exc
 
@@ -206,4 +206,4 @@ def test_connection_cut_mid_submit_leaves_exactly_one_job(devcluster, tmp_path, 
     slurm("beta", "scancel", job_id, check=False)
     assert carrying == [job_id]
     # The cut really happened mid-call: the answer was lost and a second connection asked again.
-    assert ssh.connection_count() - opened_before == 2
+    assert pool.connection_count() - opened_before == 2

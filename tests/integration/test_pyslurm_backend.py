@@ -20,13 +20,13 @@ import uuid
 
 import pytest
 
-from slurmkit import slurmtime
+from slurmkit.slurm import times
 from slurmkit.site.model import Cluster
 from slurmkit.slurm import pyslurm_backend as pb
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm.runner import LocalRunner
 
-if not pb._pyslurm_installed():
+if not pb.pyslurm_installed():
     pytest.skip("pyslurm is not installed (PyPI only has 25.11, which needs Slurm 25.11)",
                 allow_module_level=True)
 
@@ -145,7 +145,7 @@ def test_every_field_matches_the_command_backend(pair, job):
             continue
         if f.name == "time_limit":
             # squeue --json gives minutes (00:01:00), --format gives squeue's own text (1:00)
-            assert slurmtime.parse_minutes(a) == slurmtime.parse_minutes(b), f.name
+            assert times.parse_minutes(a) == times.parse_minutes(b), f.name
             continue
         assert a == b, "%s: pyslurm %r != commands %r" % (f.name, a, b)
 

@@ -26,7 +26,9 @@ pytest.importorskip("paramiko")
 from slurmkit.errors import (ConnectTimeoutError, HostKeyError, RemoteError,  # noqa: E402
                              SlurmUnavailableError)
 from conftest import port_open  # noqa: E402
-from slurmkit.remote import ssh  # noqa: E402
+from slurmkit.remote import connect, known_hosts, pool, trust  # noqa: E402
+from slurmkit.remote import runner as remote_runner  # noqa: E402
+from slurmkit.site import proxy_jump  # noqa: E402
 from slurmkit.site.model import LoginNode  # noqa: E402
 
 @pytest.fixture
@@ -42,10 +44,10 @@ def hermetic(monkeypatch, tmp_path):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.setattr(ssh, "SYSTEM_KNOWN_HOSTS", str(tmp_path / "no-system-known-hosts"))
-    ssh.close_all()
+    monkeypatch.setattr(known_hosts, "SYSTEM_KNOWN_HOSTS", str(tmp_path / "no-system-known-hosts"))
+    pool.close_all()
     yield
-    ssh.close_all()
+    pool.close_all()
 
 
 def wait_for_sshd(host, port, timeout=20.0):
@@ -60,7 +62,7 @@ def login_of(dev, name, **over):
     c = dev[name]
     wait_for_sshd(c.login_host, c.login_port)
     if over.get("proxy_jump"):
-        jump = ssh.parse_proxy_jump(over["proxy_jump"])
+        jump = proxy_jump.parse_proxy_jump(over["proxy_jump"])
         wait_for_sshd(jump.host, jump.port)
     kw = dict(host=c.login_host, port=c.login_port, user=c.login_user, identity_file=c.identity,
               known_hosts=c.known_hosts, connect_timeout=5.0, command_timeout=30.0)
@@ -94,7 +96,7 @@ def local_port(runner):
 # ------------------------------------------------------------------ basics
 
 def test_command_returns_stdout_stderr_and_exit_status(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     res = r.run(["sinfo", "-h", "-o", "%R"])
     assert res.returncode == 0
     # sshd's SetEnv SLURM_CONF makes sinfo answer for alpha
@@ -106,12 +108,12 @@ def test_command_returns_stdout_stderr_and_exit_status(dev):
 
 def test_each_cluster_answers_for_itself(dev):
     for name in ("alpha", "beta", "gamma"):
-        res = ssh.SSHRunner(login_of(dev, name), name).run(["scontrol", "show", "config"])
+        res = remote_runner.SSHRunner(login_of(dev, name), name).run(["scontrol", "show", "config"])
         assert dev[name].slurm_conf in res.stdout
 
 
 def test_stdin_reaches_the_remote(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     script = "#!/bin/bash\n#SBATCH --job-name='x y'\necho \"$HOME\" ✓\n"
     assert r.run(["cat"], stdin=script).stdout == script
     # Bigger than the SSH window both ways at once: no deadlock, nothing lost.
@@ -122,7 +124,7 @@ def test_stdin_reaches_the_remote(dev):
 
 
 def test_remote_stdin_is_closed_without_input(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     res = r.run(["cat"], timeout=5)          # would hang if stdin stayed open
     assert (res.returncode, res.stdout) == (0, "")
 
@@ -132,7 +134,7 @@ def test_arguments_arrive_byte_for_byte_and_nothing_executes(dev):
     args = ["with space", "it's", 'say "hi"', "$(touch %s)" % marker, "`touch %s`" % marker,
             "; touch %s" % marker, "a\nb\n\nc", "", "*", "$HOME", "~", "tab\there", "back\\slash", "ünï ✓",
             "--x=$(id)", "'", '"', "\\", "!event", "&& touch %s" % marker]
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     res = r.run(["printf", "%s\\0"] + args)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("\0")[:-1] == args
@@ -140,7 +142,7 @@ def test_arguments_arrive_byte_for_byte_and_nothing_executes(dev):
 
 
 def test_missing_program_is_slurm_unavailable(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     with pytest.raises(SlurmUnavailableError, match="slurmkit-no-such-program not found on the login node of alpha"):
         r.run(["slurmkit-no-such-program", "--version"])
 
@@ -150,13 +152,13 @@ def test_missing_program_is_slurm_unavailable(dev):
 def test_twenty_commands_reuse_one_connection(dev):
     log = dev["alpha"].sshd_log
     before = accepted_ports(log)
-    opened = ssh.connection_count()
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    opened = pool.connection_count()
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     ports = set()
     for i in range(20):
         assert r.run(["echo", str(i)]).stdout == "%d\n" % i
         ports.add(local_port(r))
-    assert len(ports) == 1 and ssh.connection_count() - opened == 1
+    assert len(ports) == 1 and pool.connection_count() - opened == 1
     deadline = time.monotonic() + 3
     while True:
         new = accepted_ports(log)[len(before):]
@@ -170,9 +172,9 @@ def test_twenty_commands_reuse_one_connection(dev):
 
 
 def test_runners_and_threads_share_the_connection(dev):
-    opened = ssh.connection_count()
-    a = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
-    b = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    opened = pool.connection_count()
+    a = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
+    b = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     results, errors = {}, []
 
     def work(i):
@@ -188,20 +190,20 @@ def test_runners_and_threads_share_the_connection(dev):
     [t.join(60) for t in threads]
     assert not errors
     assert results == {(i, j): "%d-%d\n" % (i, j) for i in range(16) for j in range(3)}
-    assert ssh.connection_count() - opened == 1
+    assert pool.connection_count() - opened == 1
     a.close()
-    assert b.run(["true"]).ok and ssh.connection_count() - opened == 1   # b still holds it
+    assert b.run(["true"]).ok and pool.connection_count() - opened == 1   # b still holds it
     b.close()
 
 
 def test_reconnects_after_the_connection_is_killed(dev):
     log = dev["alpha"].sshd_log
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     assert r.run(["echo", "one"]).stdout == "one\n"
-    opened, old_port = ssh.connection_count(), local_port(r)
+    opened, old_port = pool.connection_count(), local_port(r)
     r.transport().sock.shutdown(socket.SHUT_RDWR)     # kill the TCP connection underneath
     assert r.run(["echo", "two"]).stdout == "two\n"
-    assert ssh.connection_count() - opened == 1 and local_port(r) != old_port
+    assert pool.connection_count() - opened == 1 and local_port(r) != old_port
     deadline = time.monotonic() + 3
     while local_port(r) not in accepted_ports(log) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -211,20 +213,20 @@ def test_reconnects_after_the_connection_is_killed(dev):
 def test_stale_transport_that_still_looks_alive_is_retried_once(dev):
     # The transport claims to be active but its socket is gone: opening the
     # channel fails, nothing of the command was sent, so one reconnect is safe.
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     assert r.run(["true"]).ok
     dead = r.transport()
-    opened = ssh.connection_count()
+    opened = pool.connection_count()
     dead.sock.shutdown(socket.SHUT_RDWR)
     dead.is_active = lambda: True
     assert r.run(["echo", "again"]).stdout == "again\n"
-    assert ssh.connection_count() - opened == 1 and r.transport() is not dead
+    assert pool.connection_count() - opened == 1 and r.transport() is not dead
 
 
 def test_command_timeout(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha"), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha"), "alpha")
     assert r.run(["true"]).ok
-    opened = ssh.connection_count()
+    opened = pool.connection_count()
     started = time.monotonic()
     with pytest.raises(ConnectTimeoutError) as err:
         r.run(["sleep", "30"], timeout=1)
@@ -232,11 +234,11 @@ def test_command_timeout(dev):
     msg = str(err.value)
     assert "cluster alpha" in msg and "127.0.1.2:2222" in msg and "1s" in msg
     # only that channel was closed: the connection goes on
-    assert r.run(["echo", "still"]).stdout == "still\n" and ssh.connection_count() == opened
+    assert r.run(["echo", "still"]).stdout == "still\n" and pool.connection_count() == opened
 
 
 def test_login_command_timeout_is_the_default(dev):
-    r = ssh.SSHRunner(login_of(dev, "alpha", command_timeout=1.0), "alpha")
+    r = remote_runner.SSHRunner(login_of(dev, "alpha", command_timeout=1.0), "alpha")
     with pytest.raises(ConnectTimeoutError):
         r.run(["sleep", "10"])
 
@@ -249,7 +251,7 @@ def test_unknown_host_key_is_refused_with_fingerprint(dev, tmp_path):
     node = login_of(dev, "alpha", known_hosts=str(empty))
     fp = keygen_fingerprint(host_key_pub(dev, "alpha"))
     with pytest.raises(HostKeyError) as err:
-        ssh.SSHRunner(node, "alpha").run(["true"])
+        remote_runner.SSHRunner(node, "alpha").run(["true"])
     assert str(err.value) == ("host key of 127.0.1.2:2222 (cluster alpha) is unknown: ssh-ed25519 %s; "
                               "if this fingerprint is right, run `slurmkit site trust alpha`" % fp)
     assert empty.read_text() == ""           # nothing was added behind the user's back
@@ -258,13 +260,13 @@ def test_unknown_host_key_is_refused_with_fingerprint(dev, tmp_path):
 def test_trust_flow_makes_an_unknown_host_work(dev, tmp_path):
     kh = tmp_path / "site" / "known_hosts"
     node = login_of(dev, "beta", known_hosts=str(kh))
-    assert ssh.trust_target_file(node) == str(kh)
-    keytype, b64, fp = ssh.fetch_host_key(node, "beta")
+    assert known_hosts.trust_target_file(node) == str(kh)
+    keytype, b64, fp = connect.fetch_host_key(node, "beta")
     assert fp == keygen_fingerprint(host_key_pub(dev, "beta"))
-    assert ssh.trust_host_key(node, (keytype, b64, fp)) is True
-    assert ssh.trust_host_key(node, (keytype, b64, fp)) is False
+    assert trust.trust_host_key(node, (keytype, b64, fp)) is True
+    assert trust.trust_host_key(node, (keytype, b64, fp)) is False
     assert kh.read_text() == "[127.0.2.2]:2222 ssh-ed25519 %s\n" % b64
-    assert ssh.SSHRunner(node, "beta").run(["echo", "ok"]).stdout == "ok\n"
+    assert remote_runner.SSHRunner(node, "beta").run(["echo", "ok"]).stdout == "ok\n"
 
 
 def test_hashed_known_hosts_entry_is_accepted(dev, tmp_path):
@@ -272,14 +274,14 @@ def test_hashed_known_hosts_entry_is_accepted(dev, tmp_path):
     kh.write_text(Path(dev.known_hosts).read_text())
     subprocess.run(["ssh-keygen", "-H", "-f", str(kh)], check=True, capture_output=True)
     assert "[127.0.1.2]" not in kh.read_text()
-    assert ssh.SSHRunner(login_of(dev, "alpha", known_hosts=str(kh)), "alpha").run(["true"]).ok
+    assert remote_runner.SSHRunner(login_of(dev, "alpha", known_hosts=str(kh)), "alpha").run(["true"]).ok
 
 
 def test_fetch_host_key_matches_ssh_keygen(dev):
     for name in ("alpha", "beta", "gamma"):
-        keytype, b64, fp = ssh.fetch_host_key(login_of(dev, name), name)
+        keytype, b64, fp = connect.fetch_host_key(login_of(dev, name), name)
         assert keytype == "ssh-ed25519"
-        assert fp == keygen_fingerprint(host_key_pub(dev, name)) == ssh.fingerprint_b64(b64)
+        assert fp == keygen_fingerprint(host_key_pub(dev, name)) == known_hosts.fingerprint_b64(b64)
         assert Path(host_key_pub(dev, name)).read_text().split()[1] == b64
 
 
@@ -290,7 +292,7 @@ def test_changed_host_key_is_refused(dev, devcluster_control):
         new_fp = keygen_fingerprint(host_key_pub(dev, "gamma"))
         assert new_fp != old_fp
         with pytest.raises(HostKeyError) as err:
-            ssh.SSHRunner(node, "gamma").run(["true"])
+            remote_runner.SSHRunner(node, "gamma").run(["true"])
         msg = str(err.value)
         assert msg.startswith("HOST KEY OF 127.0.3.2:2222 (cluster gamma) HAS CHANGED")
         assert "expected %s, got %s" % (old_fp, new_fp) in msg
@@ -299,9 +301,9 @@ def test_changed_host_key_is_refused(dev, devcluster_control):
         assert "remove the old line from %s (line %d) and run `slurmkit site trust gamma`" % (
             dev.known_hosts, line) in msg
         # fetch_host_key reports the new key (what `site trust` would show)
-        assert ssh.fetch_host_key(node, "gamma")[2] == new_fp
+        assert connect.fetch_host_key(node, "gamma")[2] == new_fp
     wait_for_sshd(node.host, node.port)
-    assert ssh.SSHRunner(node, "gamma").run(["true"]).ok
+    assert remote_runner.SSHRunner(node, "gamma").run(["true"]).ok
 
 
 # ------------------------------------------------------------------ failures
@@ -312,26 +314,26 @@ def test_stopped_sshd_fails_fast(dev, devcluster_control):
     with devcluster_control.sshd_stopped("gamma"):
         started = time.monotonic()
         with pytest.raises(RemoteError) as err:
-            ssh.SSHRunner(node, "gamma").run(["true"])
+            remote_runner.SSHRunner(node, "gamma").run(["true"])
         assert time.monotonic() - started < 2
         assert str(err.value) == ("cannot reach login node 127.0.3.2:2222 of cluster gamma: "
                                   "Connection refused (is sshd running?)")
         # through a bastion the refusal comes back from the bastion, just as fast
         started = time.monotonic()
         with pytest.raises(RemoteError) as err:
-            ssh.SSHRunner(jumped, "gamma").run(["true"])
+            remote_runner.SSHRunner(jumped, "gamma").run(["true"])
         assert time.monotonic() - started < 3
         assert "bastion 127.0.1.2:2222 (ProxyJump of cluster gamma) could not reach login node 127.0.3.2:2222" \
             in str(err.value)
     wait_for_sshd(node.host, node.port)
-    assert ssh.SSHRunner(node, "gamma").run(["true"]).ok
+    assert remote_runner.SSHRunner(node, "gamma").run(["true"]).ok
 
 
 def test_wrong_key_is_an_auth_error(dev, tmp_path):
     key = tmp_path / "id_other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     with pytest.raises(RemoteError) as err:
-        ssh.SSHRunner(login_of(dev, "alpha", identity_file=str(key)), "alpha").run(["true"])
+        remote_runner.SSHRunner(login_of(dev, "alpha", identity_file=str(key)), "alpha").run(["true"])
     assert not isinstance(err.value, HostKeyError)
     assert "refused SSH authentication as user root" in str(err.value) and str(key) in str(err.value)
 
@@ -341,7 +343,7 @@ def test_wrong_key_is_an_auth_error(dev, tmp_path):
 def test_proxy_jump_through_another_login_node(dev):
     # alpha's login node is the bastion for beta's.
     node = login_of(dev, "beta", proxy_jump="root@127.0.1.2:2222")
-    r = ssh.SSHRunner(node, "beta")
+    r = remote_runner.SSHRunner(node, "beta")
     res = r.run(["sinfo", "-h", "-o", "%R"])
     assert sorted(res.stdout.split()) == partitions(dev, "beta")
     import paramiko
@@ -349,9 +351,9 @@ def test_proxy_jump_through_another_login_node(dev):
     assert r.run(["cat"], stdin="via bastion\n").stdout == "via bastion\n"
     assert r.describe() == "ssh root@127.0.2.2:2222 via root@127.0.1.2:2222"
     # the host key fetched through the tunnel is beta's
-    assert ssh.fetch_host_key(node, "beta")[2] == keygen_fingerprint(host_key_pub(dev, "beta"))
+    assert connect.fetch_host_key(node, "beta")[2] == keygen_fingerprint(host_key_pub(dev, "beta"))
     # and the bastion's own key when asked for it
-    assert ssh.fetch_host_key(node, "beta", jump=True)[2] == keygen_fingerprint(
+    assert connect.fetch_host_key(node, "beta", jump=True)[2] == keygen_fingerprint(
         host_key_pub(dev, "alpha"))
 
 
@@ -362,6 +364,6 @@ def test_proxy_jump_bastion_is_checked_strictly(dev, tmp_path):
                           if "127.0.1.2" not in line))
     node = login_of(dev, "beta", known_hosts=str(kh), proxy_jump="root@127.0.1.2:2222")
     with pytest.raises(HostKeyError) as err:
-        ssh.SSHRunner(node, "beta").run(["true"])
+        remote_runner.SSHRunner(node, "beta").run(["true"])
     assert "host key of bastion 127.0.1.2:2222 (ProxyJump of cluster beta) is unknown" in str(err.value)
     assert keygen_fingerprint(host_key_pub(dev, "alpha")) in str(err.value)

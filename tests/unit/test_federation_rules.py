@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit import federation
-from slurmkit.cooldown import Cooldown
-from slurmkit.render import JobSpec
+from slurmkit.federation import planner
+from slurmkit.federation.cooldown import Cooldown
+from slurmkit.script.render import JobSpec
 from slurmkit.site import load_site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,8 +16,8 @@ SPEC = JobSpec(command=("true",), nodes=1, gpus_per_node=1, time="00:10:00")
 
 
 def test_parse_accel():
-    assert federation.parse_accel(" H100, a100 ,") == ("h100", "a100")
-    assert federation.parse_accel(None) == ()
+    assert planner.parse_accel(" H100, a100 ,") == ("h100", "a100")
+    assert planner.parse_accel(None) == ()
 
 
 @pytest.mark.parametrize("cluster,partition,accel,expected", [
@@ -26,11 +26,11 @@ def test_parse_accel():
     ("alpha", "cpu", ("none",), True), ("alpha", "cpu", ("cpu",), True), ("alpha", "cpu", ("h100",), False),
     ("alpha", "gpu", (), True)])
 def test_accel_matches(cluster, partition, accel, expected):
-    assert federation.accel_matches(SITE.clusters[cluster].partitions[partition], accel) is expected
+    assert planner.accel_matches(SITE.clusters[cluster].partitions[partition], accel) is expected
 
 
 def _choices(cluster, spec=SPEC, partition=None, accel=()):
-    parts, why = federation.partition_choices(SITE, SITE.clusters[cluster], spec, partition, accel)
+    parts, why = planner.partition_choices(SITE, SITE.clusters[cluster], spec, partition, accel)
     return [p.name for p in parts], why
 
 
@@ -54,14 +54,14 @@ def test_ineligible_reasons_name_the_limit():
 
 def test_price_windows_wrap_midnight():
     beta = SITE.clusters["beta"]   # 08-20: 3.0, 20-08: 1.2
-    assert federation.price_at(beta, datetime(2026, 1, 1, 12)) == 3.0
-    assert federation.price_at(beta, datetime(2026, 1, 1, 20)) == 1.2
-    assert federation.price_at(beta, datetime(2026, 1, 1, 3)) == 1.2
-    assert federation.price_at(SITE.clusters["alpha"], datetime(2026, 1, 1, 3)) == 4.0
+    assert planner.price_at(beta, datetime(2026, 1, 1, 12)) == 3.0
+    assert planner.price_at(beta, datetime(2026, 1, 1, 20)) == 1.2
+    assert planner.price_at(beta, datetime(2026, 1, 1, 3)) == 1.2
+    assert planner.price_at(SITE.clusters["alpha"], datetime(2026, 1, 1, 3)) == 4.0
 
 
 def _cand(cluster, order, start, price):
-    return federation.Candidate(cluster, "gpu", order, estimate=start, price=price)
+    return planner.Candidate(cluster, "gpu", order, estimate=start, price=price)
 
 
 def test_ranking_start_then_price_then_site_order():
@@ -69,7 +69,7 @@ def test_ranking_start_then_price_then_site_order():
     later = datetime(2026, 1, 1, 12, 5, 0)
     same_minute = datetime(2026, 1, 1, 12, 0, 40)
     ranked = sorted([_cand("a", 0, later, 0.5), _cand("b", 1, same_minute, 2.0), _cand("c", 2, t, 2.0),
-                     _cand("d", 3, t, 1.0), _cand("e", 4, t, None)], key=federation.Candidate.rank_key)
+                     _cand("d", 3, t, 1.0), _cand("e", 4, t, None)], key=planner.Candidate.rank_key)
     # d: cheapest now; b and c equal in start (same minute) and price -> site order; e has no price;
     # a is cheapest of all but starts five minutes later.
     assert [c.cluster for c in ranked] == ["d", "b", "c", "e", "a"]

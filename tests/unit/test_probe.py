@@ -1,4 +1,4 @@
-"""slurmkit.probe without a cluster: the probe script, its parser, probing with fake backends, the CLI.
+"""slurmkit.federation.survey without a cluster: the probe script, its parser, probing with fake backends, the CLI.
 
 Recorded outputs (tests/unit/data/probe/*.json) are what ``probe_argv()``
 printed on the local dev clusters (Slurm 22.05.8): each cluster idle over
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurmkit import probe
+from slurmkit.federation import survey
 from slurmkit.cli.cluster_commands import clusters_command, trust_command
 from slurmkit.errors import (ConfigError, ConnectTimeoutError, HostKeyError, RemoteError, SlurmUnavailableError,
                              UsageError)
-from slurmkit.remote import ssh
+from slurmkit.remote import connect, known_hosts
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Defaults, LoginNode, Partition, Site
 from slurmkit.slurm.parsers import parse_nodes
@@ -36,7 +36,7 @@ def recorded(name):
 
 def parse_recorded(name, cluster=""):
     r = recorded(name)
-    return probe.parse_probe(r["stdout"], r["stderr"], r["returncode"], cluster)
+    return survey.parse_probe(r["stdout"], r["stderr"], r["returncode"], cluster)
 
 
 @pytest.fixture(autouse=True)
@@ -49,14 +49,14 @@ def _not_forced(monkeypatch):
 # ------------------------------------------------------------------ the probe command
 
 def test_probe_argv_is_one_constant_shell_command():
-    argv = probe.probe_argv()
-    assert argv == ["sh", "-c", probe.PROBE_SCRIPT]
-    assert probe.probe_argv() == argv   # constant: no user values anywhere
+    argv = survey.probe_argv()
+    assert argv == ["sh", "-c", survey.PROBE_SCRIPT]
+    assert survey.probe_argv() == argv   # constant: no user values anywhere
     for command in ("scontrol --version", "scontrol ping", "scontrol --oneliner --details show node",
                     "squeue --noheader --states=PENDING --format=%i"):
-        assert command in probe.PROBE_SCRIPT
-    assert "show partition" not in probe.PROBE_SCRIPT   # partitions come from the nodes' lists
-    assert "| wc -l" in probe.PROBE_SCRIPT
+        assert command in survey.PROBE_SCRIPT
+    assert "show partition" not in survey.PROBE_SCRIPT   # partitions come from the nodes' lists
+    assert "| wc -l" in survey.PROBE_SCRIPT
 
 
 # ------------------------------------------------------------------ parse_probe on recorded output
@@ -98,12 +98,12 @@ def test_recorded_controller_down():
 def test_output_cut_off_mid_section_is_unreachable():
     r = recorded("alpha-22.05.json")
     cut = r["stdout"][:r["stdout"].index("end nodes")]
-    status = probe.parse_probe(cut, "", -1, "alpha")
+    status = survey.parse_probe(cut, "", -1, "alpha")
     assert not status.reachable and status.reason.startswith("scontrol show node did not finish on cluster alpha")
 
 
 def test_shell_that_never_ran_the_script():
-    status = probe.parse_probe("", "bash: sh: command not found\n", 127, "x")
+    status = survey.parse_probe("", "bash: sh: command not found\n", 127, "x")
     assert not status.reachable
     assert status.reason == "the probe command failed on cluster x (exit 127): sh: command not found"
 
@@ -112,15 +112,15 @@ def test_login_shell_chatter_and_missing_final_newline_are_tolerated():
     r = recorded("beta-22.05.json")
     stdout = "Welcome to beta!\n" + r["stdout"].replace("gpu:a100:4(S:0)", "gpu:a100:4")
     # a command whose last line has no newline runs into the end marker
-    stdout = stdout.replace("\n" + probe.MARKER + " end partitions 0", probe.MARKER + " end partitions 0")
-    status = probe.parse_probe(stdout, r["stderr"], 0, "beta")
+    stdout = stdout.replace("\n" + survey.MARKER + " end partitions 0", survey.MARKER + " end partitions 0")
+    status = survey.parse_probe(stdout, r["stderr"], 0, "beta")
     assert status.reachable and status.partitions == ["gpu"] and status.nodes_total == 3
 
 
 def test_command_not_found_on_the_far_side():
-    stdout = "%s begin version\n%s end version 127\n" % (probe.MARKER, probe.MARKER)
-    stderr = "%s begin version\nsh: 1: scontrol: not found\n%s end version 127\n" % (probe.MARKER, probe.MARKER)
-    status = probe.parse_probe(stdout, stderr, 0, "gamma")
+    stdout = "%s begin version\n%s end version 127\n" % (survey.MARKER, survey.MARKER)
+    stderr = "%s begin version\nsh: 1: scontrol: not found\n%s end version 127\n" % (survey.MARKER, survey.MARKER)
+    status = survey.parse_probe(stdout, stderr, 0, "gamma")
     assert not status.reachable
     assert status.reason.startswith("scontrol: command not found where cluster gamma is reached")
 
@@ -133,7 +133,7 @@ def node(name, state="IDLE", gres="gpu:h100:8", used="gpu:h100:0(IDX:N/A)", cpus
 
 
 def summarize_lines(*lines, **kw):
-    return probe.summarize("c", "22.05.8", parse_nodes("\n".join(lines)), ["gpu"], 0, **kw)
+    return survey.summarize("c", "22.05.8", parse_nodes("\n".join(lines)), ["gpu"], 0, **kw)
 
 
 def test_idle_nodes_and_accelerators():
@@ -227,17 +227,17 @@ def test_probe_cluster_measures_and_says_how_it_got_there(monkeypatch):
     monkeypatch.setenv("SLURMKIT_VIA", "ssh")
     runner = RecordedRunner("beta-22.05.json")
     ticks = iter([10.0, 10.25])
-    status = probe.probe_cluster(session_with({"beta": runner}), "beta", clock=lambda: next(ticks))
+    status = survey.probe_cluster(session_with({"beta": runner}), "beta", clock=lambda: next(ticks))
     assert status.reachable and status.nodes_total == 3
     assert status.rtt_ms == 250.0
     assert status.via == "ssh root@h:2222"
-    assert runner.calls == [(tuple(probe.probe_argv()), 15.0)]   # min(command_timeout 60, 15)
+    assert runner.calls == [(tuple(survey.probe_argv()), 15.0)]   # min(command_timeout 60, 15)
 
 
 def test_probe_timeout_follows_a_shorter_command_timeout():
     site = make_site(("beta",), command_timeout=5.0)
     runner = RecordedRunner("beta-22.05.json")
-    probe.probe_cluster(session_with({"beta": runner}, site), "beta")
+    survey.probe_cluster(session_with({"beta": runner}, site), "beta")
     assert runner.calls[0][1] == 5.0
 
 
@@ -250,7 +250,7 @@ def test_probe_timeout_follows_a_shorter_command_timeout():
     ConfigError("identity_file /nope of cluster beta does not exist;\n fix the path"),
 ])
 def test_every_slurmkit_error_becomes_unreachable(error):
-    status = probe.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json", error=error)}), "beta")
+    status = survey.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json", error=error)}), "beta")
     assert not status.reachable
     assert status.reason == " ".join(str(error).split())        # one line
     assert status.name == "beta" and status.rtt_ms >= 0
@@ -259,15 +259,15 @@ def test_every_slurmkit_error_becomes_unreachable(error):
 def test_backend_that_cannot_even_be_created_is_unreachable(monkeypatch):
     monkeypatch.setenv("SLURMKIT_VIA", "ssh")
     site = make_site(("alpha",), login=False)
-    status = probe.probe_cluster(Session(site), "alpha")     # SLURMKIT_VIA=ssh without a login node
+    status = survey.probe_cluster(Session(site), "alpha")     # SLURMKIT_VIA=ssh without a login node
     assert not status.reachable and "has no login node" in status.reason
 
 
 def test_unknown_cluster_is_a_usage_error_not_an_unreachable_one():
     with pytest.raises(UsageError, match="choose one of: beta"):
-        probe.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json")}), "nope")
+        survey.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json")}), "nope")
     with pytest.raises(UsageError):
-        probe.probe_all(session_with({"beta": RecordedRunner("beta-22.05.json")}), ["beta", "nope"])
+        survey.probe_all(session_with({"beta": RecordedRunner("beta-22.05.json")}), ["beta", "nope"])
 
 
 class PyslurmLike:
@@ -295,7 +295,7 @@ class PyslurmLike:
 
 def test_backend_without_runner_falls_back_to_its_calls():
     site = make_site(("alpha",), login=False)
-    status = probe.probe_cluster(Session(site, backend_factory=lambda c: PyslurmLike()), "alpha")
+    status = survey.probe_cluster(Session(site, backend_factory=lambda c: PyslurmLike()), "alpha")
     assert status.reachable and status.via == "local"
     assert status.partitions == ["gpu", "cpu"] and status.pending_jobs == 2
     assert status.accelerators == {"gpu:h100": {"total": 32, "idle": 30}}
@@ -307,14 +307,14 @@ def test_probe_all_is_parallel_and_in_site_order():
                "gamma": RecordedRunner("gamma-22.05.json", delay=0.6,
                                        error=RemoteError("cannot reach login node of gamma"))}
     started = time.monotonic()
-    statuses = probe.probe_all(session_with(runners))
+    statuses = survey.probe_all(session_with(runners))
     elapsed = time.monotonic() - started
     assert [s.name for s in statuses] == ["alpha", "beta", "gamma"]
     assert [s.reachable for s in statuses] == [True, True, False]
     assert elapsed < 1.5, "3 probes of 0.6 s took %.2f s: not parallel" % elapsed
     # names: a subset, any order, duplicates collapse; results still in site order
-    assert [s.name for s in probe.probe_all(session_with(runners), ["gamma", "alpha", "gamma"])] == ["alpha", "gamma"]
-    assert probe.probe_all(session_with(runners), []) == []
+    assert [s.name for s in survey.probe_all(session_with(runners), ["gamma", "alpha", "gamma"])] == ["alpha", "gamma"]
+    assert survey.probe_all(session_with(runners), []) == []
 
 
 def test_probe_all_uses_at_most_max_workers_threads():
@@ -333,7 +333,7 @@ def test_probe_all_uses_at_most_max_workers_threads():
 
     names = tuple("c%d" % i for i in range(6))
     runners = {n: Counting("beta-22.05.json", delay=0.1) for n in names}
-    statuses = probe.probe_all(session_with(runners, make_site(names)), max_workers=2)
+    statuses = survey.probe_all(session_with(runners, make_site(names)), max_workers=2)
     assert len(statuses) == 6 and all(s.reachable for s in statuses)
     assert peak[0] == 2
 
@@ -343,7 +343,7 @@ def test_probe_all_uses_at_most_max_workers_threads():
 def _statuses():
     up = parse_recorded("alpha-busy-22.05.json", "alpha")
     return [replace(up, rtt_ms=123.4, via="ssh root@127.0.1.2:2222"),
-            probe.unreachable("gamma", "cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")]
+            survey.unreachable("gamma", "cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")]
 
 
 def invoke(command, args, **kw):
@@ -351,7 +351,7 @@ def invoke(command, args, **kw):
 
 
 def test_clusters_table(monkeypatch):
-    monkeypatch.setattr(probe, "probe_all", lambda session, names=None: _statuses())
+    monkeypatch.setattr(survey, "probe_all", lambda session, names=None: _statuses())
     result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml")])
     assert result.exception is None and result.return_value == 0
     lines = result.output.splitlines()
@@ -369,7 +369,7 @@ def test_clusters_json_and_exit_codes(monkeypatch):
         got["names"] = names
         return [s for s in _statuses() if not s.reachable]
 
-    monkeypatch.setattr(probe, "probe_all", fake)
+    monkeypatch.setattr(survey, "probe_all", fake)
     result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml"), "--json", "gamma"])
     assert got["names"] == ["gamma"]
     assert result.return_value == 1          # every cluster asked for is unreachable
@@ -387,9 +387,9 @@ def trust_site(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setattr(ssh, "SYSTEM_KNOWN_HOSTS", str(tmp_path / "no-system-known-hosts"))
-    monkeypatch.setattr(ssh, "fetch_host_key", lambda login, cluster="?", jump=False:
-                        ("ssh-ed25519", KEY_B64, ssh.fingerprint_b64(KEY_B64)))
+    monkeypatch.setattr(known_hosts, "SYSTEM_KNOWN_HOSTS", str(tmp_path / "no-system-known-hosts"))
+    monkeypatch.setattr(connect, "fetch_host_key", lambda login, cluster="?", jump=False:
+                        ("ssh-ed25519", KEY_B64, known_hosts.fingerprint_b64(KEY_B64)))
     known = tmp_path / "known_hosts"
     known.write_text("")
     text = (ROOT / "site_configs" / "local.yaml").read_text()
@@ -403,7 +403,7 @@ def trust_site(tmp_path, monkeypatch):
 def test_trust_shows_the_fingerprint_and_writes_nothing_when_declined(trust_site):
     site, known = trust_site
     result = invoke(trust_command, ["--site", site, "beta"], input="n\n")
-    fp = ssh.fingerprint_b64(KEY_B64)
+    fp = known_hosts.fingerprint_b64(KEY_B64)
     out = result.output
     assert out.index("host key: ssh-ed25519 %s" % fp) < out.index("Trust this key? [y/N]")
     assert "cluster beta: login node 127.0.2.2:2222" in out and "known_hosts file: %s" % known in out
@@ -425,7 +425,7 @@ def test_trust_refuses_a_revoked_key(trust_site):
     known.write_text("@revoked * ssh-ed25519 %s\n" % KEY_B64)
     result = invoke(trust_command, ["--site", site, "--yes", "beta"])
     assert isinstance(result.exception, HostKeyError) and "@revoked" in str(result.exception)
-    assert ssh.fingerprint_b64(KEY_B64) in str(result.exception)
+    assert known_hosts.fingerprint_b64(KEY_B64) in str(result.exception)
     assert known.read_text() == "@revoked * ssh-ed25519 %s\n" % KEY_B64
 
 
@@ -448,4 +448,4 @@ def test_commands_have_help():
 
 def test_partitions_come_from_the_nodes_in_order():
     nodes = parse_nodes("NodeName=a1 Partitions=gpu,cpu\nNodeName=a2 Partitions=cpu,debug\nNodeName=a3\n")
-    assert probe.partitions_of(nodes) == ["gpu", "cpu", "debug"]
+    assert survey.partitions_of(nodes) == ["gpu", "cpu", "debug"]

@@ -6,7 +6,7 @@ db.Job really have (read in PySlurm/pyslurm: 22.5.x ``core/job/job.pxd`` and
 ``db/job.pyx``, 25.11 ``core/job/job.pyx``), which tests our conversion, not
 pyslurm.  ``unusable_reason`` is driven through a tiny Runner and, where a
 test needs "pyslurm absent" on a machine that has it, through our own
-``_pyslurm_installed`` probe.
+``pyslurm_installed`` probe.
 """
 
 import json
@@ -19,7 +19,10 @@ import pytest
 
 from slurmkit.errors import SlurmUnavailableError, UsageError
 from slurmkit.site.model import Cluster
-from slurmkit.slurm import CommandBackend, make_backend, parsers
+from slurmkit.session import make_backend
+from slurmkit.slurm import parsers
+from slurmkit.slurm.backend import CommandBackend
+from slurmkit.slurm import directives
 from slurmkit.slurm import pyslurm_backend as pb
 from slurmkit.slurm.runner import CommandResult, Runner
 from slurmkit.slurm.types import JobInfo
@@ -173,11 +176,11 @@ def test_records_of_every_collection_shape():
 # ---------------------------------------------------------------------------
 
 def test_directives_of_a_rendered_golden_script():
-    found = pb.sbatch_directives((GOLDEN / "infiniband-torchrun.sh").read_text())
+    found = directives.sbatch_directives((GOLDEN / "infiniband-torchrun.sh").read_text())
     names = [n for n, _ in found]
     assert ("job-name", "train") in found and ("gpus-per-node", "h100:8") in found
     assert ("comment", "slurmkit:0123456789abcdef") in found
-    assert any(v is pb._UNSUPPORTED and n.startswith("--switches") for n, v in found)
+    assert any(v is directives.UNSUPPORTED and n.startswith("--switches") for n, v in found)
     assert "partition" in names and "time" in names
 
 
@@ -191,26 +194,26 @@ def test_directives_several_per_line_quotes_and_comments():
               "\n"
               "echo hi\n"
               "#SBATCH --account=after-the-first-command\n")
-    assert pb.sbatch_directives(script) == [
+    assert directives.sbatch_directives(script) == [
         ("time", "1"), ("partition", "cpu"), ("comment", "slurmkit:TOKEN"),
         ("job-name", "my job"),
         ("job-name", "x"), ("time", "5"), ("partition", "gpu")]
 
 
 def test_directive_args_follow_sbatch_quoting():
-    assert pb._directive_args(' --job-name="a \\"b\\" c" --x') == ['--job-name=a "b" c', "--x"]
-    assert pb._directive_args(" --comment='single' ") == ["--comment='single'"]  # single quotes are literal
-    assert pb._directive_args(' --comment="a#b" --qos=q') == ["--comment=a"]    # '#' ends the line, even quoted
-    assert pb._directive_args(' --comment=a\\#b') == ["--comment=a#b"]
-    assert pb._directive_args(' "" --qos=q') == []                              # an empty argument ends it
+    assert directives._directive_args(' --job-name="a \\"b\\" c" --x') == ['--job-name=a "b" c', "--x"]
+    assert directives._directive_args(" --comment='single' ") == ["--comment='single'"]  # single quotes are literal
+    assert directives._directive_args(' --comment="a#b" --qos=q') == ["--comment=a"]    # '#' ends the line, even quoted
+    assert directives._directive_args(' --comment=a\\#b') == ["--comment=a#b"]
+    assert directives._directive_args(' "" --qos=q') == []                              # an empty argument ends it
     # sbatch tests for whitespace before it looks at a pending escape: "\ " still splits
-    assert pb._directive_args(" -J x\\ y") == ["-J", "x", "y"]
+    assert directives._directive_args(" -J x\\ y") == ["-J", "x", "y"]
 
 
 def test_directive_value_in_the_next_argument_and_unknown_options():
-    assert pb.sbatch_directives("#!/bin/sh\n#SBATCH --time 10 --exclusive\n") == [("time", "10"), ("exclusive", None)]
-    found = pb.sbatch_directives("#!/bin/sh\n#SBATCH --array=1-3 --time\n")
-    assert [v is pb._UNSUPPORTED for _, v in found] == [True, True]
+    assert directives.sbatch_directives("#!/bin/sh\n#SBATCH --time 10 --exclusive\n") == [("time", "10"), ("exclusive", None)]
+    found = directives.sbatch_directives("#!/bin/sh\n#SBATCH --array=1-3 --time\n")
+    assert [v is directives.UNSUPPORTED for _, v in found] == [True, True]
 
 
 # ---------------------------------------------------------------------------
@@ -218,7 +221,7 @@ def test_directive_value_in_the_next_argument_and_unknown_options():
 # ---------------------------------------------------------------------------
 
 def desc(script_lines):
-    return pb.submit_description(pb.sbatch_directives("#!/bin/bash\n" + "\n".join(script_lines) + "\nhostname\n"))
+    return pb.submit_description(directives.sbatch_directives("#!/bin/bash\n" + "\n".join(script_lines) + "\nhostname\n"))
 
 
 def test_submit_description_of_the_integration_test_script():
@@ -288,7 +291,7 @@ def test_submit_environment_carries_the_cluster_and_what_sbatch_adds(monkeypatch
 
 def test_unusable_reason_on_this_machine_says_not_installed():
     """This machine has no pyslurm (PyPI's only build needs Slurm 25.11)."""
-    if pb._pyslurm_installed():
+    if pb.pyslurm_installed():
         pytest.skip("pyslurm is installed here; test_unusable_reason_without_pyslurm covers the message")
     runner = VersionRunner()
     reason = pb.unusable_reason(runner, cluster())
@@ -297,14 +300,14 @@ def test_unusable_reason_on_this_machine_says_not_installed():
 
 
 def test_unusable_reason_without_pyslurm(monkeypatch):
-    monkeypatch.setattr(pb, "_pyslurm_installed", lambda: False)
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: False)
     assert pb.unusable_reason(VersionRunner(), cluster()) == "pyslurm is not installed"
 
 
 @pytest.fixture
 def installed_but_not_imported(monkeypatch):
     """pyslurm 'installed' as far as our probe knows; importing it would be a test failure."""
-    monkeypatch.setattr(pb, "_pyslurm_installed", lambda: True)
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
     monkeypatch.setattr(pb, "_initialised", lambda: None)
 
     def no_import(conf):
@@ -342,7 +345,7 @@ def test_unusable_reason_is_cached_per_cluster(monkeypatch, installed_but_not_im
 
 
 def test_import_failure_is_the_reason(monkeypatch):
-    monkeypatch.setattr(pb, "_pyslurm_installed", lambda: True)
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
     monkeypatch.setattr(pb, "_initialised", lambda: None)
     monkeypatch.setattr(pb, "_installed_version", lambda: "22.5.2")
 
@@ -377,7 +380,7 @@ def test_effective_conf_is_what_the_commands_would_use(monkeypatch):
 def test_make_backend_falls_back_to_commands_without_pyslurm(monkeypatch, tmp_path):
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=alpha\n")
-    monkeypatch.setattr(pb, "_pyslurm_installed", lambda: False)
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: False)
     monkeypatch.delenv("SLURMKIT_BACKEND", raising=False)
     monkeypatch.delenv("SLURMKIT_VIA", raising=False)
     backend = make_backend(cluster(conf=str(conf)))
@@ -388,6 +391,6 @@ def test_make_backend_falls_back_to_commands_without_pyslurm(monkeypatch, tmp_pa
 
 
 def test_pyslurm_backend_refuses_when_unusable(monkeypatch):
-    monkeypatch.setattr(pb, "_pyslurm_installed", lambda: False)
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: False)
     with pytest.raises(SlurmUnavailableError, match="pyslurm cannot be used for cluster alpha: pyslurm is not installed"):
         pb.PyslurmBackend(cluster(), runner=VersionRunner())

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit import fabric, render
+from slurmkit.script import collective, render
 from slurmkit.errors import JobDoesNotFitError, UsageError
 from slurmkit.site import load_site
 from slurmkit.site.model import Fabric, Partition, RoceSettings
 from slurmkit.slurm.types import Switch, Topology
-from slurmkit.topology import ClusterLayout
+from slurmkit.script.topology import ClusterLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -156,23 +156,23 @@ def _partition(**fabric_kw):
 
 
 def test_lint_prefix_hca():
-    warnings = fabric.lint(_partition(type="infiniband", hcas=("mlx5_1", "mlx5_10")))
+    warnings = collective.lint(_partition(type="infiniband", hcas=("mlx5_1", "mlx5_10")))
     assert len(warnings) == 1
     assert "'mlx5_1' has no '=' and also matches 'mlx5_10'" in warnings[0] and "'=mlx5_1,mlx5_10'" in warnings[0]
 
 
 def test_lint_exclude_only_ifname_lets_lo_in():
-    warnings = fabric.lint(_partition(type="infiniband", hcas=("=mlx5_0",), socket_ifname="^docker0"))
+    warnings = collective.lint(_partition(type="infiniband", hcas=("=mlx5_0",), socket_ifname="^docker0"))
     assert len(warnings) == 1 and "'lo'" in warnings[0] and "^docker0,lo" in warnings[0]
-    assert fabric.lint(_partition(type="infiniband", hcas=("=mlx5_0",), socket_ifname="^docker0,lo")) == []
+    assert collective.lint(_partition(type="infiniband", hcas=("=mlx5_0",), socket_ifname="^docker0,lo")) == []
 
 
 def test_roce_env():
-    env = fabric.collective_env(_partition(type="roce", hcas=("=mlx5_0:1", "=mlx5_1:1"), socket_ifname="=eth0",
+    env = collective.collective_env(_partition(type="roce", hcas=("=mlx5_0:1", "=mlx5_1:1"), socket_ifname="=eth0",
                                            roce=RoceSettings(gid_index=3, traffic_class=106)))
     assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=eth0",
                    "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "106"}
 
 
 def test_ethernet_disables_ib():
-    assert fabric.collective_env(_partition(type="ethernet", socket_ifname="lo"))["NCCL_IB_DISABLE"] == "1"
+    assert collective.collective_env(_partition(type="ethernet", socket_ifname="lo"))["NCCL_IB_DISABLE"] == "1"

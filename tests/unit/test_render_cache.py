@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit import render as rendering
-from slurmkit.render_cache import PLACEHOLDER, render_cached
+from slurmkit.script import render as rendering
+from slurmkit.script.cache import PLACEHOLDER, render_cached
 from slurmkit.site import load_site
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.cache import load_site_cached
+from slurmkit.site.cache import load_site_cached
 from slurmkit.site import load_site
 from slurmkit.site.model import as_plain, site_from_plain
 

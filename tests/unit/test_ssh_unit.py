@@ -19,7 +19,9 @@ import threading
 import pytest
 
 from slurmkit.errors import ConfigError, HostKeyError, RemoteError, SlurmUnavailableError
-from slurmkit.remote import ssh
+from slurmkit.remote import connect, known_hosts, pool, trust
+from slurmkit.remote import runner as remote_runner
+from slurmkit.site import proxy_jump
 from slurmkit.site.model import LoginNode
 
 NASTY = [
@@ -54,7 +56,7 @@ def login(**kw):
 # ---------------------------------------------------------------- import cost
 
 def test_import_does_not_load_paramiko():
-    code = "import sys, slurmkit.remote, slurmkit.remote.ssh; sys.exit('paramiko' in sys.modules)"
+    code = "import sys, slurmkit.remote, slurmkit.remote.runner, slurmkit.remote.pool, slurmkit.remote.trust, slurmkit.remote.connect; sys.exit('paramiko' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -63,7 +65,7 @@ def test_import_does_not_load_paramiko():
 def test_quote_command_round_trips_through_shlex():
     import shlex
     argv = ["printf", "%s\\n"] + NASTY
-    assert shlex.split(ssh.quote_command(argv)) == argv
+    assert shlex.split(remote_runner.quote_command(argv)) == argv
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash", "dash"])
@@ -73,7 +75,7 @@ def test_quote_command_arrives_byte_for_byte_in_a_posix_shell(shell, tmp_path):
         pytest.skip("%s not installed" % shell)
     marker = tmp_path / "pwned"
     args = NASTY + ["$(touch %s)" % marker, "; touch %s" % marker]
-    out = subprocess.run([shell, "-c", ssh.quote_command(["printf", "%s\\0"] + args)],
+    out = subprocess.run([shell, "-c", remote_runner.quote_command(["printf", "%s\\0"] + args)],
                          capture_output=True, check=True, cwd=str(tmp_path)).stdout
     assert out.split(b"\0")[:-1] == [a.encode("utf-8") for a in args]
     assert not marker.exists()
@@ -81,37 +83,37 @@ def test_quote_command_arrives_byte_for_byte_in_a_posix_shell(shell, tmp_path):
 
 def test_quote_command_refuses_empty_and_nul():
     with pytest.raises(ValueError):
-        ssh.quote_command([])
+        remote_runner.quote_command([])
     with pytest.raises(ValueError):
-        ssh.quote_command(["echo", "a\x00b"])
+        remote_runner.quote_command(["echo", "a\x00b"])
 
 
 def test_quote_command_stringifies():
-    assert ssh.quote_command(["scancel", 12345]) == "scancel 12345"
+    assert remote_runner.quote_command(["scancel", 12345]) == "scancel 12345"
 
 
 # ---------------------------------------------------------------- ProxyJump
 
 @pytest.mark.parametrize("spec,want", [
-    ("bastion", ssh.JumpHost("bastion", 22, None)),
-    ("jump@bastion", ssh.JumpHost("bastion", 22, "jump")),
-    ("bastion:2200", ssh.JumpHost("bastion", 2200, None)),
-    ("jump@127.0.1.2:2222", ssh.JumpHost("127.0.1.2", 2222, "jump")),
-    ("ssh://jump@bastion:2200", ssh.JumpHost("bastion", 2200, "jump")),
-    ("[::1]:2222", ssh.JumpHost("::1", 2222, None)),
-    ("me@[fe80::1]", ssh.JumpHost("fe80::1", 22, "me")),
-    ("first.last@corp@bastion", ssh.JumpHost("bastion", 22, "first.last@corp")),
-    ("  bastion  ", ssh.JumpHost("bastion", 22, None)),
+    ("bastion", proxy_jump.JumpHost("bastion", 22, None)),
+    ("jump@bastion", proxy_jump.JumpHost("bastion", 22, "jump")),
+    ("bastion:2200", proxy_jump.JumpHost("bastion", 2200, None)),
+    ("jump@127.0.1.2:2222", proxy_jump.JumpHost("127.0.1.2", 2222, "jump")),
+    ("ssh://jump@bastion:2200", proxy_jump.JumpHost("bastion", 2200, "jump")),
+    ("[::1]:2222", proxy_jump.JumpHost("::1", 2222, None)),
+    ("me@[fe80::1]", proxy_jump.JumpHost("fe80::1", 22, "me")),
+    ("first.last@corp@bastion", proxy_jump.JumpHost("bastion", 22, "first.last@corp")),
+    ("  bastion  ", proxy_jump.JumpHost("bastion", 22, None)),
 ])
 def test_parse_proxy_jump(spec, want):
-    assert ssh.parse_proxy_jump(spec) == want
+    assert proxy_jump.parse_proxy_jump(spec) == want
 
 
 @pytest.mark.parametrize("spec", ["", "@bastion", "bastion:", "bastion:0", "bastion:70000", "bastion:ssh",
                                   "a,b", "::1", "[::1", "[::1]x", "bad host"])
 def test_parse_proxy_jump_rejects(spec):
     with pytest.raises(ConfigError):
-        ssh.parse_proxy_jump(spec)
+        proxy_jump.parse_proxy_jump(spec)
 
 
 # ---------------------------------------------------------------- fingerprints
@@ -119,7 +121,7 @@ def test_parse_proxy_jump_rejects(spec):
 def test_fingerprint_format():
     blob = base64.b64decode(ED25519_B64)
     want = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-    assert ssh.fingerprint(blob) == want == ssh.fingerprint_b64(ED25519_B64)
+    assert known_hosts.fingerprint(blob) == want == known_hosts.fingerprint_b64(ED25519_B64)
     assert not want.endswith("=") and len(want) == len("SHA256:") + 43
 
 
@@ -132,7 +134,7 @@ def test_fingerprint_matches_ssh_keygen(keytype, tmp_path):
     b64 = (tmp_path / "k.pub").read_text().split()[1]
     out = subprocess.run(["ssh-keygen", "-lf", str(key) + ".pub"], capture_output=True, text=True,
                          check=True).stdout
-    assert ssh.fingerprint_b64(b64) == out.split()[1]
+    assert known_hosts.fingerprint_b64(b64) == out.split()[1]
 
 
 def paramiko_key(b64=ED25519_B64):
@@ -144,7 +146,7 @@ def test_fingerprint_matches_paramiko():
     key = paramiko_key()
     if not hasattr(key, "fingerprint"):
         pytest.skip("paramiko < 3.2 has no PKey.fingerprint")
-    assert ssh.fingerprint(key.asbytes()) == key.fingerprint
+    assert known_hosts.fingerprint(key.asbytes()) == key.fingerprint
 
 
 # ---------------------------------------------------------------- known_hosts
@@ -155,10 +157,10 @@ def hashed(name, salt=b"0123456789abcdefghij"):
 
 
 def test_host_key_name_and_line():
-    assert ssh.host_key_name("Login.Example.org", 22) == "login.example.org"
-    assert ssh.host_key_name("127.0.1.2", 2222) == "[127.0.1.2]:2222"
-    assert ssh.known_hosts_line("h", 22, "ssh-ed25519", ED25519_B64) == "h ssh-ed25519 %s\n" % ED25519_B64
-    assert ssh.known_hosts_line("127.0.1.2", 2222, "ssh-ed25519", "AAAA") == "[127.0.1.2]:2222 ssh-ed25519 AAAA\n"
+    assert known_hosts.host_key_name("Login.Example.org", 22) == "login.example.org"
+    assert known_hosts.host_key_name("127.0.1.2", 2222) == "[127.0.1.2]:2222"
+    assert known_hosts.known_hosts_line("h", 22, "ssh-ed25519", ED25519_B64) == "h ssh-ed25519 %s\n" % ED25519_B64
+    assert known_hosts.known_hosts_line("127.0.1.2", 2222, "ssh-ed25519", "AAAA") == "[127.0.1.2]:2222 ssh-ed25519 AAAA\n"
 
 
 def test_parse_known_hosts_forms():
@@ -175,7 +177,7 @@ def test_parse_known_hosts_forms():
         "broken-line ssh-ed25519",
         "badb64 ssh-ed25519 !!!notbase64!!!",
     ])
-    entries = ssh.parse_known_hosts(text, "/x/known_hosts")
+    entries = known_hosts.parse_known_hosts(text, "/x/known_hosts")
     assert [e.lineno for e in entries] == [3, 4, 5, 6, 7, 8]
     assert entries[0].matches("[127.0.1.2]:2222")
     assert not entries[0].matches("127.0.1.2")           # port 2222 is stored bracketed
@@ -185,7 +187,7 @@ def test_parse_known_hosts_forms():
     assert entries[3].matches("login.corp.example") and not entries[3].matches("evil.corp.example")
     assert entries[4].marker == "@revoked" and entries[5].marker == "@cert-authority"
     assert entries[0].path == "/x/known_hosts"
-    assert entries[0].fingerprint == ssh.fingerprint_b64(ED25519_B64)
+    assert entries[0].fingerprint == known_hosts.fingerprint_b64(ED25519_B64)
 
 
 def test_hashed_entry_written_by_ssh_keygen_matches(tmp_path):
@@ -194,46 +196,46 @@ def test_hashed_entry_written_by_ssh_keygen_matches(tmp_path):
     kh = tmp_path / "known_hosts"
     kh.write_text("[127.0.1.2]:2222 ssh-ed25519 %s\n" % ED25519_B64)
     subprocess.run(["ssh-keygen", "-H", "-f", str(kh)], check=True, capture_output=True)
-    entries = ssh.read_known_hosts(str(kh))
+    entries = known_hosts.read_known_hosts(str(kh))
     assert entries[0].patterns[0].startswith("|1|")
     assert entries[0].matches("[127.0.1.2]:2222")
     assert not entries[0].matches("[127.0.1.3]:2222")
 
 
 def test_read_known_hosts_missing_file(tmp_path):
-    assert ssh.read_known_hosts(str(tmp_path / "nope")) == []
+    assert known_hosts.read_known_hosts(str(tmp_path / "nope")) == []
 
 
 def test_known_hosts_files_order(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    files = ssh.known_hosts_files(login(known_hosts=str(tmp_path / "site_kh")))
+    files = known_hosts.known_hosts_files(login(known_hosts=str(tmp_path / "site_kh")))
     assert files == ["/etc/ssh/ssh_known_hosts", str(tmp_path / ".ssh/known_hosts"), str(tmp_path / "site_kh")]
     # the same file twice is read once
-    files = ssh.known_hosts_files(login(known_hosts="~/.ssh/known_hosts"))
+    files = known_hosts.known_hosts_files(login(known_hosts="~/.ssh/known_hosts"))
     assert files == ["/etc/ssh/ssh_known_hosts", str(tmp_path / ".ssh/known_hosts")]
 
 
 def test_trust_target_file(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert ssh.trust_target_file(login()) == str(tmp_path / ".ssh/known_hosts")
-    assert ssh.trust_target_file(login(known_hosts="~/site/kh")) == str(tmp_path / "site/kh")
+    assert known_hosts.trust_target_file(login()) == str(tmp_path / ".ssh/known_hosts")
+    assert known_hosts.trust_target_file(login(known_hosts="~/site/kh")) == str(tmp_path / "site/kh")
 
 
 def test_trust_host_key_writes_once(tmp_path):
     path = tmp_path / "deep" / "dir" / "known_hosts"
     node = login()
-    assert ssh.trust_host_key(node, ("ssh-ed25519", ED25519_B64, "SHA256:x"), str(path)) is True
+    assert trust.trust_host_key(node, ("ssh-ed25519", ED25519_B64, "SHA256:x"), str(path)) is True
     assert path.read_text() == "[127.0.1.2]:2222 ssh-ed25519 %s\n" % ED25519_B64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert ssh.trust_host_key(node, ("ssh-ed25519", ED25519_B64), str(path)) is False
+    assert trust.trust_host_key(node, ("ssh-ed25519", ED25519_B64), str(path)) is False
     assert path.read_text().count("\n") == 1
 
 
 def test_trust_host_key_port_22_and_default_file(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     node = LoginNode(host="login.example.org")
-    assert ssh.trust_host_key(node, ("ssh-ed25519", ED25519_B64))
+    assert trust.trust_host_key(node, ("ssh-ed25519", ED25519_B64))
     assert (tmp_path / ".ssh/known_hosts").read_text() == "login.example.org ssh-ed25519 %s\n" % ED25519_B64
 
 
@@ -241,7 +243,7 @@ def test_trust_host_key_appends_after_a_line_without_newline(tmp_path):
     path = tmp_path / "kh"
     path.write_text("other ssh-ed25519 %s" % OTHER_B64)
     path.chmod(0o644)
-    assert ssh.trust_host_key(login(), ("ssh-ed25519", ED25519_B64), str(path))
+    assert trust.trust_host_key(login(), ("ssh-ed25519", ED25519_B64), str(path))
     assert path.read_text().splitlines() == ["other ssh-ed25519 %s" % OTHER_B64,
                                              "[127.0.1.2]:2222 ssh-ed25519 %s" % ED25519_B64]
     assert stat.S_IMODE(path.stat().st_mode) == 0o644   # an existing file keeps its mode
@@ -250,50 +252,50 @@ def test_trust_host_key_appends_after_a_line_without_newline(tmp_path):
 def test_trust_host_key_sees_hashed_duplicate_and_refuses_conflict(tmp_path):
     path = tmp_path / "kh"
     path.write_text("%s ssh-ed25519 %s\n" % (hashed("[127.0.1.2]:2222"), ED25519_B64))
-    assert ssh.trust_host_key(login(), ("ssh-ed25519", ED25519_B64), str(path)) is False
+    assert trust.trust_host_key(login(), ("ssh-ed25519", ED25519_B64), str(path)) is False
     with pytest.raises(HostKeyError) as err:
-        ssh.trust_host_key(login(), ("ssh-ed25519", OTHER_B64), str(path))
+        trust.trust_host_key(login(), ("ssh-ed25519", OTHER_B64), str(path))
     assert "%s (line 1)" % path in str(err.value)
     # another key type for the same host is fine (a host has several keys)
-    assert ssh.trust_host_key(login(), ("ecdsa-sha2-nistp256", OTHER_B64), str(path))
+    assert trust.trust_host_key(login(), ("ecdsa-sha2-nistp256", OTHER_B64), str(path))
 
 
 def test_trust_host_key_for_the_bastion(tmp_path):
     path = tmp_path / "kh"
     node = login(proxy_jump="root@127.0.2.2:2222")
-    assert ssh.trust_host_key(node, ("ssh-ed25519", ED25519_B64), str(path), jump=True)
+    assert trust.trust_host_key(node, ("ssh-ed25519", ED25519_B64), str(path), jump=True)
     assert path.read_text() == "[127.0.2.2]:2222 ssh-ed25519 %s\n" % ED25519_B64
 
 
 def test_trust_host_key_accepts_paramiko_key(tmp_path):
     key = paramiko_key()
-    assert ssh.trust_host_key(login(), key, str(tmp_path / "kh"))
+    assert trust.trust_host_key(login(), key, str(tmp_path / "kh"))
     assert ED25519_B64 in (tmp_path / "kh").read_text()
 
 
 def test_trust_host_key_rejects_garbage(tmp_path):
     with pytest.raises(ValueError):
-        ssh.trust_host_key(login(), ("ssh-ed25519", "not base64!"), str(tmp_path / "kh"))
+        trust.trust_host_key(login(), ("ssh-ed25519", "not base64!"), str(tmp_path / "kh"))
 
 
 # ---------------------------------------------------------------- messages
 
-EP = ssh._Endpoint("127.0.1.2", 2222, "root", "alpha")
-BASTION = ssh._Endpoint("127.0.2.2", 2222, "jump", "alpha", bastion=True)
+EP = connect.Endpoint("127.0.1.2", 2222, "root", "alpha")
+BASTION = connect.Endpoint("127.0.2.2", 2222, "jump", "alpha", bastion=True)
 
 
 def test_unknown_host_key_message():
-    assert ssh.unknown_host_key_message(EP, "ssh-ed25519", "SHA256:abc") == (
+    assert connect.unknown_host_key_message(EP, "ssh-ed25519", "SHA256:abc") == (
         "host key of 127.0.1.2:2222 (cluster alpha) is unknown: ssh-ed25519 SHA256:abc; "
         "if this fingerprint is right, run `slurmkit site trust alpha`")
-    msg = ssh.unknown_host_key_message(BASTION, "ssh-ed25519", "SHA256:abc")
+    msg = connect.unknown_host_key_message(BASTION, "ssh-ed25519", "SHA256:abc")
     assert "bastion 127.0.2.2:2222 (ProxyJump of cluster alpha)" in msg
     assert "ssh -p 2222 jump@127.0.2.2" in msg
 
 
 def test_changed_host_key_message():
-    where = ssh.KnownHostEntry("/k/known_hosts", 3, ("[127.0.1.2]:2222",), "ssh-ed25519", ED25519_B64)
-    msg = ssh.changed_host_key_message(EP, "ssh-ed25519", "SHA256:old", "SHA256:new", where)
+    where = known_hosts.KnownHostEntry("/k/known_hosts", 3, ("[127.0.1.2]:2222",), "ssh-ed25519", ED25519_B64)
+    msg = connect.changed_host_key_message(EP, "ssh-ed25519", "SHA256:old", "SHA256:new", where)
     assert msg.startswith("HOST KEY OF 127.0.1.2:2222 (cluster alpha) HAS CHANGED")
     assert "expected SHA256:old, got SHA256:new" in msg
     assert msg.endswith("if the change is expected, remove the old line from /k/known_hosts (line 3) "
@@ -301,13 +303,13 @@ def test_changed_host_key_message():
 
 
 def test_refused_and_auth_messages():
-    assert ssh.refused_message(EP, "Connection refused") == (
+    assert connect.refused_message(EP, "Connection refused") == (
         "cannot reach login node 127.0.1.2:2222 of cluster alpha: Connection refused (is sshd running?)")
-    msg = ssh.auth_failed_message(EP, "root", "/keys/id_ed25519")
+    msg = connect.auth_failed_message(EP, "root", "/keys/id_ed25519")
     assert "refused SSH authentication as user root" in msg and "/keys/id_ed25519" in msg
-    msg = ssh.auth_failed_message(EP, "root", None)
+    msg = connect.auth_failed_message(EP, "root", None)
     assert "ssh-agent" in msg and "ssh-add -l" in msg
-    assert ssh.command_not_found_message("sbatch", "alpha", "ssh root@h:22").startswith(
+    assert remote_runner.command_not_found_message("sbatch", "alpha", "ssh root@h:22").startswith(
         "sbatch not found on the login node of alpha")
 
 
@@ -317,7 +319,7 @@ def test_connection_refused_is_fast_remote_error():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    runner = ssh.SSHRunner(LoginNode(host="127.0.0.1", port=port, connect_timeout=5), "alpha")
+    runner = remote_runner.SSHRunner(LoginNode(host="127.0.0.1", port=port, connect_timeout=5), "alpha")
     with pytest.raises(RemoteError) as err:
         runner.run(["true"])
     assert str(err.value) == ("cannot reach login node 127.0.0.1:%d of cluster alpha: "
@@ -326,14 +328,14 @@ def test_connection_refused_is_fast_remote_error():
 
 
 def test_missing_identity_file_is_config_error(tmp_path):
-    runner = ssh.SSHRunner(login(identity_file=str(tmp_path / "nope")), "alpha")
+    runner = remote_runner.SSHRunner(login(identity_file=str(tmp_path / "nope")), "alpha")
     with pytest.raises(ConfigError):
         runner.run(["true"])
 
 
 def test_describe():
-    assert ssh.SSHRunner(login(user="u"), "alpha").describe() == "ssh u@127.0.1.2:2222"
-    assert ssh.SSHRunner(login(user="u", proxy_jump="b:22"), "alpha").describe() == "ssh u@127.0.1.2:2222 via b:22"
+    assert remote_runner.SSHRunner(login(user="u"), "alpha").describe() == "ssh u@127.0.1.2:2222"
+    assert remote_runner.SSHRunner(login(user="u", proxy_jump="b:22"), "alpha").describe() == "ssh u@127.0.1.2:2222 via b:22"
 
 
 # ---------------------------------------------------------------- pool and reconnect (fakes)
@@ -380,15 +382,15 @@ def fake_open(monkeypatch):
         made.append(t)
         return FakeClient(t), None
 
-    monkeypatch.setattr(ssh, "_open", fake)
+    monkeypatch.setattr(connect, "open_connection", fake)
     yield made, plan
-    ssh.close_all()
+    pool.close_all()
 
 
 def test_open_session_reconnects_once_after_a_failure(fake_open):
     import paramiko
     made, plan = fake_open
-    conn = ssh._Connection(login(), "alpha")
+    conn = pool.Connection(login(), "alpha")
     conn.open_session()                      # first connect: fresh, and it works
     assert len(made) == 1
     made[0].fail, made[0].exc = 1, paramiko.SSHException("SSH session not active")
@@ -399,7 +401,7 @@ def test_open_session_reconnects_once_after_a_failure(fake_open):
 def test_open_session_gives_up_after_one_reconnect(fake_open):
     import paramiko
     made, plan = fake_open
-    conn = ssh._Connection(login(), "alpha")
+    conn = pool.Connection(login(), "alpha")
     conn.open_session()
     made[0].fail, made[0].exc = 1, OSError("broken pipe")
     plan.append(FakeTransport(fail=5, exc=paramiko.SSHException("Timeout opening channel.")))
@@ -410,7 +412,7 @@ def test_open_session_gives_up_after_one_reconnect(fake_open):
 
 def test_dead_transport_is_replaced_without_retry_storm(fake_open):
     made, plan = fake_open
-    conn = ssh._Connection(login(), "alpha")
+    conn = pool.Connection(login(), "alpha")
     conn.open_session()
     made[0].active = False                   # died while idle
     plan.append(FakeTransport(fail=5, exc=EOFError()))
@@ -422,7 +424,7 @@ def test_dead_transport_is_replaced_without_retry_storm(fake_open):
 def test_channel_refusal_does_not_reconnect(fake_open):
     import paramiko
     made, plan = fake_open
-    conn = ssh._Connection(login(), "alpha")
+    conn = pool.Connection(login(), "alpha")
     plan.append(FakeTransport())
     conn.open_session()
     made[0].fail, made[0].exc = 1, paramiko.ChannelException(1, "Administratively prohibited")
@@ -433,16 +435,16 @@ def test_channel_refusal_does_not_reconnect(fake_open):
 
 def test_runners_share_one_pooled_connection(fake_open):
     made, _ = fake_open
-    before = ssh.connection_count()
-    a = ssh.SSHRunner(login(user="root"), "alpha")
-    b = ssh.SSHRunner(login(user="root"), "alpha-again")
-    c = ssh.SSHRunner(login(user="root", port=2223), "other")
+    before = pool.connection_count()
+    a = remote_runner.SSHRunner(login(user="root"), "alpha")
+    b = remote_runner.SSHRunner(login(user="root"), "alpha-again")
+    c = remote_runner.SSHRunner(login(user="root", port=2223), "other")
     assert a._connection() is b._connection()
     assert a._connection() is not c._connection()
     threads = [threading.Thread(target=a._connection().open_session) for _ in range(8)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert ssh.connection_count() - before == 1
+    assert pool.connection_count() - before == 1
     a.close()
     assert made[0].active                    # still open: b holds it
     b.close()
@@ -451,9 +453,9 @@ def test_runners_share_one_pooled_connection(fake_open):
 
 def test_close_all_then_run_again_reconnects(fake_open):
     made, _ = fake_open
-    a = ssh.SSHRunner(login(user="root"), "alpha")
+    a = remote_runner.SSHRunner(login(user="root"), "alpha")
     a._connection().open_session()
-    ssh.close_all()
+    pool.close_all()
     assert not made[0].active
     a._connection().open_session()
     assert len(made) == 2 and made[1].active
@@ -523,8 +525,8 @@ class FakeChannel:
 
 def run_with(channel, monkeypatch, argv=("squeue", "--me"), stdin=None, timeout=None):
     pytest.importorskip("paramiko")
-    runner = ssh.SSHRunner(login(user="root"), "alpha")
-    monkeypatch.setattr(ssh._Connection, "open_session", lambda self: channel)
+    runner = remote_runner.SSHRunner(login(user="root"), "alpha")
+    monkeypatch.setattr(pool.Connection, "open_session", lambda self: channel)
     try:
         return runner.run(list(argv), stdin=stdin, timeout=timeout)
     finally:
@@ -562,7 +564,7 @@ def test_command_timeout_closes_channel(monkeypatch):
 
 
 def test_no_accept_all_policy_and_no_top_level_paramiko():
-    src = open(ssh.__file__, encoding="utf-8").read()
+    src = open(connect.__file__, encoding="utf-8").read()
     assert "AutoAddPolicy" not in src and "WarningPolicy" not in src
     assert "\nimport paramiko" not in src and "\nfrom paramiko" not in src
 
@@ -581,26 +583,26 @@ def test_server_that_never_sends_a_banner_is_a_connect_timeout():
         import time
         started = time.monotonic()
         with pytest.raises(ConnectTimeoutError) as err:
-            ssh.SSHRunner(node, "alpha").run(["true"])
+            remote_runner.SSHRunner(node, "alpha").run(["true"])
         assert time.monotonic() - started < 5
         assert "login node 127.0.0.1:%d of cluster alpha" % node.port in str(err.value)
         assert "0.5s" in str(err.value)
         with pytest.raises(ConnectTimeoutError):
-            ssh.fetch_host_key(node, "alpha")
+            connect.fetch_host_key(node, "alpha")
     finally:
         server.close()
-        ssh.close_all()
+        pool.close_all()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_does_not_reuse_the_parents_connections(fake_open):
     made, _ = fake_open
-    a = ssh.SSHRunner(login(user="root"), "alpha")
+    a = remote_runner.SSHRunner(login(user="root"), "alpha")
     parent_conn = a._connection()
     parent_conn.open_session()
     pid = os.fork()
     if pid == 0:   # child: report through the exit status only
-        ok = (not ssh._POOL and parent_conn.retired and a._connection() is not parent_conn)
+        ok = (not pool.POOL and parent_conn.retired and a._connection() is not parent_conn)
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from slurmkit import topology
+from slurmkit.script import topology
 from slurmkit.errors import JobDoesNotFitError
 from slurmkit.slurm.types import NodeInfo, Switch, Topology
 

@@ -16,14 +16,25 @@ import re
 import shlex
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from slurmkit import fabric, slurmtime
+from slurmkit.script import collective
+from slurmkit.slurm import times
 from slurmkit.errors import JobDoesNotFitError, UsageError
 from slurmkit.site.model import Cluster, Partition, Site
 
 TEMPLATE_SUFFIX = ".sh.j2"
 # Paths are plain strings here: this module is on every submission's path and
 # pathlib costs a fresh process several milliseconds to import.
-BUILTIN_TEMPLATES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "templates")
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _builtin_templates() -> str:
+    """The built-in templates: ``slurmkit/templates`` in an installed wheel (setup.cfg maps
+    the top-level ``templates/`` there), else ``templates/`` of the source checkout."""
+    installed = os.path.join(_PACKAGE_DIR, "templates")
+    return installed if os.path.isdir(installed) else os.path.join(os.path.dirname(_PACKAGE_DIR), "templates")
+
+
+BUILTIN_TEMPLATES = _builtin_templates()
 COMM_MODES = ("heavy", "light")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -151,8 +162,8 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
     if spec.cpus_per_task is not None and spec.cpus_per_task > partition.cpus_per_node:
         raise JobDoesNotFitError("the job asks for %d CPUs per task but %s has %d CPUs per node"
                                  % (spec.cpus_per_task, where, partition.cpus_per_node))
-    asked = slurmtime.parse_minutes(time)
-    limit = slurmtime.parse_minutes(partition.max_time) if partition.max_time else None
+    asked = times.parse_minutes(time)
+    limit = times.parse_minutes(partition.max_time) if partition.max_time else None
     if limit is not None and (asked is None or asked > limit):
         raise JobDoesNotFitError("the job asks for --time=%s but the time limit of %s is %s"
                                  % (time, where, partition.max_time))
@@ -221,7 +232,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
            layout=None) -> RenderedJob:
     """Render the script ``submit`` would send.
 
-    ``layout`` (a :class:`slurmkit.topology.ClusterLayout`) is needed only for
+    ``layout`` (a :class:`slurmkit.script.topology.ClusterLayout`) is needed only for
     ``comm='heavy'`` without an explicit ``spec.switches``.
     """
     import jinja2
@@ -245,7 +256,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         if spec.switches is not None:
             switches = spec.switches
         elif layout is not None:
-            from slurmkit import topology
+            from slurmkit.script import topology
 
             switches = topology.switches_for(layout, partition.name, spec.nodes)
         else:
@@ -260,7 +271,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     # `python train.py` is job "train", not "python".
     script_name = os.path.basename(launch_args[0] if runs_python else spec.command[0])
     name = spec.name or (os.path.splitext(script_name)[0] if runs_python else script_name)
-    warnings = fabric.lint(partition, "partition %s" % partition.name)
+    warnings = collective.lint(partition, "partition %s" % partition.name)
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
         "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches,
@@ -268,7 +279,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             site, cluster, partition, spec, name=name, gpus=gpus, time=time,
             ntasks_per_node=ntasks, switches=switches)],
         "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
-        "fabric_exports": _exports(fabric.collective_env(partition), "site config"),
+        "fabric_exports": _exports(collective.collective_env(partition), "site config"),
         "user_exports": _exports(spec.env, "--env"),
         "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
         "launch_args": Trusted(" ".join(shell_quote(a) for a in launch_args)),

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from slurmkit.cooldown import Cooldown
+from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
 from slurmkit.jobs import JobRef, Submission, job_with_token, new_token, prepare
-from slurmkit.render import JobSpec, RenderedJob, check_fit, gres_name
+from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Partition, Site
 

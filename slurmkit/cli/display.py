@@ -6,7 +6,7 @@ CLI stays a thin layer and the text can be tested without click.
 
 from typing import List, Sequence, Tuple
 
-from slurmkit import fabric
+from slurmkit.script import collective
 
 
 def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
@@ -23,7 +23,7 @@ def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[st
         site = load_site(path)
         for cluster in site.clusters.values():
             for partition in cluster.partitions.values():
-                warnings.extend(fabric.lint(partition, "%s: clusters.%s.partitions.%s"
+                warnings.extend(collective.lint(partition, "%s: clusters.%s.partitions.%s"
                                             % (path, cluster.name, partition.name)))
     return problems, warnings, ok
 
@@ -34,7 +34,7 @@ def site_dict(site) -> dict:
     data = as_plain(site)
     for cluster in data["clusters"].values():
         for name, partition in cluster["partitions"].items():
-            partition["collective_env"] = fabric.collective_env(site.clusters[cluster["name"]].partitions[name])
+            partition["collective_env"] = collective.collective_env(site.clusters[cluster["name"]].partitions[name])
     return data
 
 
@@ -55,16 +55,16 @@ def site_text(site) -> str:
                 else "no accelerators"
             lines.append("    partition %-8s %s, %d CPUs, max %s nodes, max time %s, fabric %s"
                          % (p.name, accel, p.cpus_per_node, p.max_nodes or "-", p.max_time or "-", p.fabric.type))
-            for key, value in fabric.collective_env(p).items():
+            for key, value in collective.collective_env(p).items():
                 lines.append("      %s=%s" % (key, value))
-            for warning in fabric.lint(p):
+            for warning in collective.lint(p):
                 lines.append("      warning: %s" % warning)
     return "\n".join(lines)
 
 
 def topology_report(session, cluster_name=None, partition_name=None) -> str:
-    from slurmkit import topology
-    from slurmkit.render import gres_name
+    from slurmkit.script import topology
+    from slurmkit.script.render import gres_name
 
     cluster = session.site.cluster(cluster_name)
     backend = session.backend(cluster.name)
@@ -87,7 +87,7 @@ def topology_report(session, cluster_name=None, partition_name=None) -> str:
 
 def job_summary(session, ref, job) -> dict:
     """A finished (or running) job with the leaf switches its nodes sit under."""
-    from slurmkit import topology
+    from slurmkit.script import topology
     from slurmkit.errors import SlurmkitError
 
     cluster = session.site.cluster(ref.cluster)

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from slurmkit.errors import ConfigError, HostKeyError, SlurmCommandError, SlurmkitError
+from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError
 from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.types import NodeInfo
 
@@ -273,14 +273,14 @@ def probe_timeout(cluster, runner=None) -> float:
 
 
 def _via(cluster, runner=None) -> str:
-    from slurmkit import slurm
+    from slurmkit.session import reach
 
     if runner is not None:
         where = runner.describe()
         if where.startswith("ssh"):
             return where
     try:
-        how = slurm.reach(cluster)
+        how = reach(cluster)
     except ConfigError:
         return ""
     if how == "ssh" and cluster.login is not None:
@@ -344,73 +344,3 @@ def probe_all(session, names: Optional[Sequence[str]] = None, max_workers: int =
     workers = max(1, min(int(max_workers), len(wanted)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slurmkit-probe") as pool:
         return list(pool.map(lambda n: probe_cluster(session, n), wanted))
-
-
-# --------------------------------------------------------------------------
-# Login host keys (`slurmkit site trust`)
-# --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class HostKeyOffer:
-    """A login node's host key as fetched, and what trusting it would do."""
-
-    cluster: str
-    host: str
-    port: int
-    keytype: str
-    key_b64: str
-    fingerprint: str
-    target_file: str                   # where trust_login_key writes
-    trusted_in: Optional[str] = None   # "FILE (line N)" already holding this exact key
-    login: object = field(default=None, repr=False, compare=False)
-
-    @property
-    def hostport(self) -> str:
-        return "%s:%d" % (self.host, self.port)
-
-
-def login_host_key(site, name: str) -> HostKeyOffer:
-    """Fetch the host key of cluster ``name``'s login node (key exchange only).
-
-    Raises UsageError for an unknown cluster, ConfigError for one without a
-    login node, RemoteError/ConnectTimeoutError when it cannot be reached, and
-    HostKeyError (naming the fingerprint) when a known_hosts file marks the
-    key ``@revoked``: such a key is never offered for trust.
-    """
-    from slurmkit.remote import ssh
-
-    if not name:
-        raise ConfigError("no cluster given; choose one of: %s" % ", ".join(sorted(site.clusters)))
-    cluster = site.cluster(name)
-    login = cluster.login
-    if login is None:
-        raise ConfigError("cluster %s of site %s has no login node in the site config, so there is no host key "
-                          "to trust (it is used locally)" % (cluster.name, site.name))
-    keytype, key_b64, fp = ssh.fetch_host_key(login, cluster.name)
-    host_name = ssh.host_key_name(login.host, login.port)
-    trusted = None
-    for path in ssh.known_hosts_files(login):
-        for entry in ssh.read_known_hosts(path):
-            if entry.keytype != keytype or entry.key_b64 != key_b64:
-                continue
-            where = "%s (line %d)" % (entry.path, entry.lineno)
-            if entry.marker == "@revoked":
-                # The connection would refuse it anyway (for every host name).
-                raise HostKeyError("the host key of login node %s:%s of cluster %s (%s %s) is marked @revoked in "
-                                   "%s; refusing to trust it" % (login.host, login.port, cluster.name, keytype,
-                                                                 fp, where))
-            if entry.marker is None and entry.matches(host_name) and trusted is None:
-                trusted = where
-    return HostKeyOffer(cluster=cluster.name, host=login.host, port=int(login.port), keytype=keytype,
-                        key_b64=key_b64, fingerprint=fp, target_file=ssh.trust_target_file(login),
-                        trusted_in=trusted, login=login)
-
-
-def trust_login_key(offer: HostKeyOffer) -> bool:
-    """Add the offered key to its known_hosts file; False when it was already there.
-
-    Call only after the user has seen ``offer.fingerprint`` and agreed.
-    """
-    from slurmkit.remote import ssh
-
-    return ssh.trust_host_key(offer.login, (offer.keytype, offer.key_b64, offer.fingerprint), offer.target_file)

@@ -17,7 +17,7 @@ import zlib
 from typing import Callable, Optional
 
 from slurmkit.cache import private_dir, write_private
-from slurmkit.render import TEMPLATE_SUFFIX, RenderedJob, template_dirs
+from slurmkit.script.render import TEMPLATE_SUFFIX, RenderedJob, template_dirs
 
 PLACEHOLDER = "SLURMKIT-TOKEN-PLACEHOLDER"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from slurmkit import hostlist
+from slurmkit.slurm import hostlist
 from slurmkit.cache import write_private
 from slurmkit.errors import JobDoesNotFitError
 from slurmkit.slurm.types import NodeInfo, Topology
