@@ -8,12 +8,13 @@ PYTEST_ARGS ?=
 
 include devcluster/cluster.mk
 
-.PHONY: help venv compile test unit integration demo bench clean
+.PHONY: help venv compile pyslurm test unit integration demo bench clean
 
 help:
 	@echo "make test      install everything, start the local clusters, run all tests, stop the clusters"
 	@echo "make unit      unit tests only (no cluster needed)"
 	@echo "make demo      start the local clusters and run a 2-node --comm heavy job end to end"
+	@echo "make pyslurm   build pyslurm for the installed Slurm (wheel cached in .cache/pyslurm) into .venv"
 	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
 
@@ -36,6 +37,17 @@ compile: venv
 
 unit: venv
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# pyslurm for the installed Slurm release, from the upstream sources in shared/
+# beside the repository (PyPI only has 25.11); the wheel is cached in
+# .cache/pyslurm, so only the first run builds.  Where no source matches the
+# Slurm release it says so and installs nothing (slurmkit uses the commands).
+# After install-system: the Slurm release decides which source to build.
+PYSLURM_VENDOR ?= $(CURDIR)/../shared/vendor/pyslurm
+PYSLURM_CACHE ?= $(CURDIR)/.cache/pyslurm
+
+pyslurm: venv install-system
+	@bash scripts/pyslurm-wheel.sh $(PY) $(PYSLURM_VENDOR) $(PYSLURM_CACHE)
 
 # The clusters are stopped whatever the tests did; the exit status is the tests'.
 test: venv compile cluster-up
