@@ -13,7 +13,7 @@ jobs asked about: status of many jobs is one ``squeue`` call.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
 
 from slurmkit.errors import SlurmCommandError, SlurmUnavailableError
 from slurmkit.slurm import commands, parsers
@@ -65,6 +65,10 @@ class SlurmBackend:
         raise NotImplementedError
 
     def version(self) -> str:
+        raise NotImplementedError
+
+    def config(self) -> Dict[str, str]:
+        """The controller's configuration (``scontrol show config``) as {key: value}."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -169,3 +173,6 @@ class CommandBackend(SlurmBackend):
 
     def version(self):
         return parsers.parse_version(self._check(self._run(commands.version()), "scontrol --version").stdout)
+
+    def config(self):
+        return parsers.parse_config(self._check(self._run(commands.show_config()), "scontrol show config").stdout)

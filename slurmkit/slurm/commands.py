@@ -117,6 +117,11 @@ def show_nodes() -> List[str]:
     return ["scontrol", "--oneliner", "--details", "show", "node"]
 
 
+def show_config() -> List[str]:
+    """The controller's running configuration (one RPC), ``Key = Value`` lines."""
+    return ["scontrol", "show", "config"]
+
+
 def ping() -> List[str]:
     """Is slurmctld up?  Answers at once either way (exit 1 when down)."""
     return ["scontrol", "ping"]

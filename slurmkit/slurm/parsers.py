@@ -243,6 +243,33 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
     return nodes
 
 
+_CONFIG_LINE_RE = re.compile(r"^(?P<key>[A-Za-z][\w/()-]*)\s+= ?(?P<value>.*)$")
+
+
+def parse_config(text: str) -> Dict[str, str]:
+    """``scontrol show config`` as {key: value}; values kept as Slurm prints them.
+
+    The plugin sections after the first blank line (cgroup, mpi, ...) use the
+    same ``Key = Value`` shape; the first occurrence of a key wins, which is
+    the controller's own setting.  Headers and status lines are skipped.
+    """
+    config: Dict[str, str] = {}
+    for line in text.splitlines():
+        m = _CONFIG_LINE_RE.match(line.rstrip())
+        if m and m.group("key") not in config:
+            config[m.group("key")] = m.group("value").strip()
+    return config
+
+
+def scheduler_parameter(config: Dict[str, str], name: str) -> Optional[str]:
+    """One ``SchedulerParameters`` entry (``max_switch_wait=300`` -> "300"); "" for a bare flag, None if absent."""
+    for item in (config.get("SchedulerParameters") or "").split(","):
+        key, eq, value = item.strip().partition("=")
+        if key == name:
+            return value if eq else ""
+    return None
+
+
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 

@@ -124,3 +124,41 @@ def test_relative_output_joins_the_working_directory():
     assert job.stdout == "/home/u/run/out-5.txt"
     [job] = parsers.parse_squeue_json(json.dumps({"jobs": [base]}))
     assert job.stdout == "/home/u/run/slurm-5.out"
+
+
+# Shape of `scontrol show config` on 22.05 (header, Key = Value lines, a
+# plugin section after a blank line, the controller status line).
+SHOW_CONFIG = """Configuration data as of 2026-11-30T15:04:11
+AccountingStorageType   = accounting_storage/none
+ClusterName             = alpha
+MaxArraySize            = 1001
+MinJobAge               = 3600 sec
+SchedulerParameters     = bf_interval=5,max_switch_wait=120,nohold_on_prolog_fail
+SlurmctldParameters     = (null)
+
+Cgroup Support Configuration:
+ClusterName             = not-the-controller
+AllowedRAMSpace         = 100.0%
+
+Slurmctld(primary) at 127.0.1.1 is UP
+"""
+
+
+def test_parse_config_keeps_the_controllers_values():
+    config = parsers.parse_config(SHOW_CONFIG)
+    assert config["ClusterName"] == "alpha"            # first occurrence wins
+    assert config["MaxArraySize"] == "1001"
+    assert config["MinJobAge"] == "3600 sec"
+    assert config["SlurmctldParameters"] == "(null)"
+    assert config["AllowedRAMSpace"] == "100.0%"
+    assert "Configuration data as of 2026-11-30T15:04:11" not in config
+    assert not any(k.startswith("Slurmctld(primary)") for k in config)
+
+
+def test_scheduler_parameter_values_and_flags():
+    config = parsers.parse_config(SHOW_CONFIG)
+    assert parsers.scheduler_parameter(config, "max_switch_wait") == "120"
+    assert parsers.scheduler_parameter(config, "bf_interval") == "5"
+    assert parsers.scheduler_parameter(config, "nohold_on_prolog_fail") == ""
+    assert parsers.scheduler_parameter(config, "bf_window") is None
+    assert parsers.scheduler_parameter({}, "max_switch_wait") is None
