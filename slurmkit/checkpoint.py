@@ -99,7 +99,6 @@ import shutil
 import signal
 import sys
 import time
-import zipfile
 
 __all__ = [
     "MARKER", "EXIT_SAVED", "CONVENTIONS", "Latest", "StopFlag",
@@ -221,11 +220,12 @@ def _default_tag(world_size):
     """A temporary-name suffix that every rank of one run computes alike."""
     if world_size == 1:
         return str(os.getpid())
+    # A stale directory of an earlier try with the same tag is removed by rank 0
+    # before anyone writes, so the tag need not change between restarts.
     for var in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
         value = os.environ.get(var)
         if value:
-            attempt_ = os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT")
-            return value + ("-r" + attempt_ if attempt_ else "")
+            return value
     raise ValueError("distributed_checkpoint_dir: give tag= (the same on every rank): neither "
                      "TORCHELASTIC_RUN_ID nor SLURM_JOB_ID is set to derive one from")
 
@@ -248,22 +248,17 @@ def distributed_checkpoint_dir(root, step, *, rank, world_size, barrier, tag=Non
         # Left by an earlier try of this same run (same tag) that crashed here.
         shutil.rmtree(tmp, ignore_errors=True)
         os.mkdir(tmp)
-    barrier()
+    barrier()                     # the directory exists before anyone writes
     try:
         yield tmp
-    except BaseException:
-        if rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    barrier()                     # every rank's files are written and closed
-    try:
+        barrier()                 # every rank's files are written and closed
         _sync_tree(tmp, share=rank, shares=world_size)
         barrier()                 # ... and on disk
         if rank == 0:
             _write_marker(tmp, step, world_size)
             _publish(tmp, final)
     except BaseException:
-        if rank == 0:
+        if rank == 0:             # after a successful _publish there is nothing left to remove
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     barrier()                     # no rank goes on before the checkpoint exists
@@ -353,6 +348,8 @@ def _check_file(path):
     if size == 0:
         return "empty file"
     # torch.save writes a zip archive; one cut off lacks its end record.
+    # (zipfile is imported here: it pulls in bz2 and lzma, which most callers never need.)
+    import zipfile
     if head == _ZIP_MAGIC and not zipfile.is_zipfile(path):
         return "zip archive without its end record (cut off)"
     return None
