@@ -7,22 +7,6 @@ Thin commands over :mod:`slurmkit.federation.survey` and :mod:`slurmkit.cli.disp
 import click
 
 from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
-from slurmkit.cli.display import format_table as _table
-
-
-def _accelerators(status):
-    # "h100 28/32": the gres type is what users know; an untyped gres keeps its name.
-    return ", ".join("%s %d/%d" % (key.split(":")[-1], v["idle"], v["total"])
-                     for key, v in sorted(status.accelerators.items())) or "-"
-
-
-def _row(status):
-    if not status.reachable:
-        return [status.name, "unreachable", status.version or "-", "-", "-", "-", "-",
-                "%.0f" % status.rtt_ms, status.reason]
-    return [status.name, "ok", status.version or "-", ",".join(status.partitions) or "-",
-            "%d/%d" % (status.nodes_idle, status.nodes_total), _accelerators(status), status.pending_jobs,
-            "%.0f" % status.rtt_ms, ""]
 
 
 @click.command("clusters", context_settings=CONTEXT)
@@ -36,16 +20,20 @@ def clusters_command(session, as_json, names):
     One command per cluster (one SSH round trip for a remote one), all
     clusters in parallel.  Idle counts are idle/total; an unreachable
     cluster shows why on its row.  Exits 1 only when no cluster is reachable.
+
+    \b
+    Examples:
+      slurmkit clusters
+      slurmkit clusters beta gamma --json
     """
+    from slurmkit.cli import display
     from slurmkit.federation import survey
 
     statuses = survey.probe_all(session, list(names) or None)
     if as_json:
         print_json([s.to_dict() for s in statuses])
     else:
-        click.echo(_table([_row(s) for s in statuses],
-                          ["CLUSTER", "REACH", "VERSION", "PARTITIONS", "NODES", "ACCELERATORS", "PENDING",
-                           "RTT_MS", "REASON"]))
+        click.echo(display.clusters_table(statuses))
     return 1 if statuses and not any(s.reachable for s in statuses) else 0
 
 
@@ -61,13 +49,16 @@ def trust_command(session, yes, cluster):
     SHA256 fingerprint is printed, and after confirmation it is appended to
     the login's known_hosts file.  Compare the fingerprint with one obtained
     out of band (e.g. from the cluster's admins) before saying yes.
+
+    \b
+    Example:
+      slurmkit site trust beta
     """
+    from slurmkit.cli import display
     from slurmkit.remote import trust
 
     offer = trust.login_host_key(session.site, cluster)
-    click.echo("cluster %s: login node %s" % (offer.cluster, offer.hostport))
-    click.echo("host key: %s %s" % (offer.keytype, offer.fingerprint))
-    click.echo("known_hosts file: %s" % offer.target_file)
+    click.echo(display.host_key_offer_text(offer))
     if offer.trusted_in:
         click.echo("already trusted (%s); nothing to do" % offer.trusted_in)
         return 0
@@ -87,7 +78,13 @@ def trust_command(session, yes, cluster):
 @click.option("--partition", "-p", metavar="NAME", help="Count only this partition's accelerators.")
 @pass_session
 def topology(session, cluster, partition):
-    """Draw the cluster's switch tree with each node's state and free GPUs."""
+    """Draw the cluster's switch tree with each node's state and free GPUs.
+
+    \b
+    Examples:
+      slurmkit topology
+      slurmkit topology --cluster beta --partition gpu
+    """
     from slurmkit.cli import display
 
     click.echo(display.topology_report(session, cluster, partition))

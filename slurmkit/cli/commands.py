@@ -47,4 +47,9 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="slurmkit", message="slurmkit %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def cli(debug):
-    """Topology-aware Slurm job submission for GPU sites."""
+    """Topology-aware Slurm job submission for GPU sites.
+
+    \b
+    Example:
+      slurmkit submit --site mysite -N 2 --comm heavy -- .venv/bin/python train.py
+    """

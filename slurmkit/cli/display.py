@@ -1,4 +1,4 @@
-"""Human-readable views the CLI prints: site summaries, validation, topology.
+"""Every human-readable view the CLI prints: jobs, clusters, sites, validation, topology, plans.
 
 Pure functions of library data (plus one Slurm read for the topology), so the
 CLI stays a thin layer and the text can be tested without click.
@@ -96,6 +96,63 @@ def job_summary(session, ref, job) -> dict:
     except SlurmkitError:
         leaves = []
     return dict(job.to_dict(), id=str(ref), leaf_switches=leaves)
+
+
+def status_dict(found, missing, unreachable) -> dict:
+    """``status --json``: the jobs found, the ids no cluster knows, the clusters not reached."""
+    return {"jobs": [dict(j.to_dict(), id=str(ref), cluster=ref.cluster) for ref, j in found],
+            "missing": [str(ref) for ref in missing],
+            "unreachable": [{"cluster": c, "reason": r} for c, r in unreachable]}
+
+
+def status_table(found) -> str:
+    rows = [[str(ref), j.name, j.state, j.partition, j.node_count,
+             j.nodelist if j.nodelist else "(%s)" % j.reason,
+             j.start_time.strftime("%Y-%m-%dT%H:%M:%S") if j.start_time else "-"] for ref, j in found]
+    return format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"])
+
+
+def missing_jobs_message(missing) -> str:
+    """One line for every id its cluster does not know."""
+    if len(missing) == 1:
+        return "job %s is not known to cluster %s" % (missing[0], missing[0].cluster)
+    return "jobs not known to their cluster: %s" % ", ".join(str(ref) for ref in missing)
+
+
+def wait_text(summary: dict) -> str:
+    """What ``wait`` prints when the job has ended: state, nodes, leaf switches, output file."""
+    return "%s %s on %s under leaf switch(es) %s\noutput: %s" % (
+        summary["id"], summary["state"], summary["nodelist"] or "-", ", ".join(summary["leaf_switches"]) or "-",
+        summary["stdout"] or "-")
+
+
+def cluster_row(status) -> list:
+    """One ``slurmkit clusters`` row; an unreachable cluster says why."""
+    if not status.reachable:
+        return [status.name, "unreachable", status.version or "-", "-", "-", "-", "-",
+                "%.0f" % status.rtt_ms, status.reason]
+    # "h100 28/32": the gres type is what users know; an untyped gres keeps its name.
+    accelerators = ", ".join("%s %d/%d" % (key.split(":")[-1], v["idle"], v["total"])
+                             for key, v in sorted(status.accelerators.items())) or "-"
+    return [status.name, "ok", status.version or "-", ",".join(status.partitions) or "-",
+            "%d/%d" % (status.nodes_idle, status.nodes_total), accelerators, status.pending_jobs,
+            "%.0f" % status.rtt_ms, ""]
+
+
+def clusters_table(statuses) -> str:
+    return format_table([cluster_row(s) for s in statuses],
+                        ["CLUSTER", "REACH", "VERSION", "PARTITIONS", "NODES", "ACCELERATORS", "PENDING",
+                         "RTT_MS", "REASON"])
+
+
+def host_key_offer_text(offer) -> str:
+    return "cluster %s: login node %s\nhost key: %s %s\nknown_hosts file: %s" % (
+        offer.cluster, offer.hostport, offer.keytype, offer.fingerprint, offer.target_file)
+
+
+def templates_table(found, describe) -> str:
+    rows = [[name, describe(path), str(path)] for name, path in sorted(found.items())]
+    return format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"])
 
 
 def candidates_table(placement) -> str:

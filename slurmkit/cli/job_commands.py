@@ -4,7 +4,6 @@ import click
 
 from slurmkit.cli.options import (CONTEXT, cluster_option, job_options, job_spec_from, json_option, pass_session,
                                   print_json, site_option, warn)
-from slurmkit.cli.display import format_table
 
 
 @click.command(context_settings=CONTEXT)
@@ -49,38 +48,24 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
       slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
     """
-    from slurmkit import jobs
+    from slurmkit.federation import submit_anywhere
 
     partition = kwargs.pop("partition")
-    spec = job_spec_from(kwargs)
-    if not (explain or dry_run or accel or (cluster and (cluster == "auto" or "," in cluster))):
-        submission = jobs.submit(session, spec, cluster, partition)
-        warn(submission.rendered.warnings)
-        if as_json:
-            print_json(submission.to_dict())
-        else:
-            click.echo(str(submission.ref))
-        return 0
-    from slurmkit.federation import planner
-    from slurmkit.cli import display  # only multi-cluster submissions pay for these imports
+    outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
+                                   plan_only=explain, dry_run=dry_run)
+    if outcome.placement is not None and (explain or (dry_run and not as_json)):
+        from slurmkit.cli import display  # only multi-cluster submissions pay for this import
 
-    names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
-    placement = planner.submit_best(session, spec, names, partition, planner.parse_accel(accel),
-                                       dry_run=dry_run)
-    if explain or (dry_run and not as_json):
         # With --dry-run the table is the result (stdout); with --explain it is commentary (stderr).
-        click.echo(display.candidates_table(placement), err=explain)
-    if placement.submission is None:
-        if as_json:
-            print_json(placement.to_dict())
-        return 0
-    warn(placement.submission.rendered.warnings)
-    for failed, why in placement.failovers:
-        warn(["cluster %s failed, used the next one: %s" % (failed, why)])
+        click.echo(display.candidates_table(outcome.placement), err=explain)
+    if outcome.submission is not None:
+        warn(outcome.submission.rendered.warnings)
+    if outcome.placement is not None:
+        warn("cluster %s failed, used the next one: %s" % pair for pair in outcome.placement.failovers)
     if as_json:
-        print_json(placement.to_dict())
-    else:
-        click.echo(str(placement.submission.ref))
+        print_json(outcome.to_dict())
+    elif outcome.submission is not None:
+        click.echo(str(outcome.submission.ref))
 
 
 @click.command(context_settings=CONTEXT)
@@ -94,25 +79,25 @@ def status(session, user, as_json, job_ids):
     """Show jobs (CLUSTER:JOBID or JOBID); without ids, your slurmkit jobs on every cluster.
 
     Exits 1 when a job id is unknown to its cluster.
+
+    \b
+    Examples:
+      slurmkit status                    # your slurmkit jobs on every cluster
+      slurmkit status alpha:1234 beta:77 --json
     """
     from slurmkit import jobs
+    from slurmkit.cli import display
+    from slurmkit.errors import SlurmkitError
 
     refs = [jobs.parse_ref(j, session) for j in job_ids]
     found, missing, unreachable = jobs.status(session, refs, user=user)
     warn("cluster %s not reachable: %s" % pair for pair in unreachable)
     if as_json:
-        print_json({"jobs": [dict(j.to_dict(), id=str(ref), cluster=ref.cluster) for ref, j in found],
-                     "missing": [str(ref) for ref in missing],
-                     "unreachable": [{"cluster": c, "reason": r} for c, r in unreachable]})
-    else:
-        rows = [[str(ref), j.name, j.state, j.partition, j.node_count,
-                 j.nodelist if j.nodelist else "(%s)" % j.reason,
-                 j.start_time.strftime("%Y-%m-%dT%H:%M:%S") if j.start_time else "-"] for ref, j in found]
-        if rows:
-            click.echo(format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"]))
-        for ref in missing:
-            click.echo("Error: job %s is not known to cluster %s" % (ref, ref.cluster), err=True)
-    return 1 if missing else 0
+        print_json(display.status_dict(found, missing, unreachable))
+    elif found:
+        click.echo(display.status_table(found))
+    if missing:
+        raise SlurmkitError(display.missing_jobs_message(missing))
 
 
 @click.command(context_settings=CONTEXT)
@@ -125,6 +110,10 @@ def wait(session, timeout, as_json, job_id):
     """Follow a job to its end; print its final state, output file and leaf switches.
 
     Exits 1 unless the job COMPLETED.
+
+    \b
+    Example:
+      slurmkit wait alpha:1234 --timeout 3600
     """
     from slurmkit import jobs
     from slurmkit.cli import display
@@ -136,9 +125,7 @@ def wait(session, timeout, as_json, job_id):
     if as_json:
         print_json(summary)
     else:
-        click.echo("%s %s on %s under leaf switch(es) %s" % (ref, final.state, final.nodelist or "-",
-                                                            ", ".join(summary["leaf_switches"]) or "-"))
-        click.echo("output: %s" % (final.stdout or "-"))
+        click.echo(display.wait_text(summary))
     return 0 if final.state == "COMPLETED" else 1
 
 
@@ -147,7 +134,12 @@ def wait(session, timeout, as_json, job_id):
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB...")
 @pass_session
 def cancel(session, job_ids):
-    """Cancel jobs (CLUSTER:JOBID or JOBID)."""
+    """Cancel jobs (CLUSTER:JOBID or JOBID); one scancel per cluster.
+
+    \b
+    Example:
+      slurmkit cancel alpha:1234 beta:77
+    """
     from slurmkit import jobs
 
     for ref in jobs.cancel(session, [jobs.parse_ref(j, session) for j in job_ids]):

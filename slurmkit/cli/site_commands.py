@@ -4,31 +4,44 @@ import click
 
 from slurmkit.cli.cluster_commands import trust_command
 from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
-from slurmkit.cli.display import format_table
 
 
 @click.command(context_settings=CONTEXT)
 @site_option
 def templates(site):
-    """List the job templates (the site's own first, then the built-ins)."""
+    """List the job templates (the site's own first, then the built-ins).
+
+    \b
+    Example:
+      slurmkit templates --site mysite
+    """
+    from slurmkit.cli import display
     from slurmkit.script import render as rendering
     from slurmkit.site import find_site
 
     site_obj = find_site(site) if site else None
-    found = rendering.available_templates(site_obj)
-    rows = [[name, rendering.template_description(path), str(path)] for name, path in sorted(found.items())]
-    click.echo(format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"]))
+    click.echo(display.templates_table(rendering.available_templates(site_obj), rendering.template_description))
 
 
 @click.group(context_settings=CONTEXT)
 def site():
-    """Site configs: validate, show, trust login nodes."""
+    """Site configs: validate, show, trust login nodes.
+
+    \b
+    Example:
+      slurmkit site validate site_configs/*.yaml
+    """
 
 
 @site.command("validate", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def site_validate(files):
-    """Check site config files: one line per problem, exit 2 if any."""
+    """Check site config files: one line per problem, exit 2 if any.
+
+    \b
+    Example:
+      slurmkit site validate ~/.config/slurmkit/sites/mysite.yaml
+    """
     from slurmkit.cli import display
 
     problems, warnings, ok = display.validate_report(files)
@@ -46,7 +59,12 @@ def site_validate(files):
 @json_option
 @pass_session
 def site_show(session, as_json):
-    """Show the site: clusters, partitions, fabric settings and defaults."""
+    """Show the site: clusters, partitions, fabric settings and defaults.
+
+    \b
+    Example:
+      slurmkit site show --site mysite --json
+    """
     from slurmkit.cli import display
 
     if as_json:

@@ -1,4 +1,56 @@
-"""Several independent clusters as one: the cluster survey (``survey``: one
-round trip per cluster, for ``slurmkit clusters``), placement of a job on the
-cluster where it starts soonest (``planner``) and the cool-down of clusters
-that keep failing (``cooldown``)."""
+"""Several independent clusters as one.
+
+- ``survey``: every cluster's state in one round trip each (``slurmkit clusters``);
+- ``planner``: place a job on the cluster where it starts soonest, failing over;
+- ``cooldown``: skip clusters that keep failing for a while.
+
+:func:`submit_anywhere` is the one entry point of ``slurmkit submit``; it
+imports the planner only when a job really has several candidate clusters,
+so a plain single-cluster submission stays cheap.
+"""
+
+from typing import NamedTuple, Optional
+
+
+class SubmitOutcome(NamedTuple):
+    """What :func:`submit_anywhere` did: the submission (None when only planning)
+    and, for a multi-cluster submission, the placement with every candidate."""
+
+    submission: Optional[object]          # a jobs.Submission
+    placement: Optional[object] = None      # a federation.planner.Placement
+
+    def to_dict(self):
+        if self.placement is not None:
+            return self.placement.to_dict()
+        return self.submission.to_dict()
+
+
+def is_federated(cluster: Optional[str], accel: Optional[str] = None, plan_only: bool = False) -> bool:
+    """Whether a submission goes through the federation planner.
+
+    ``--cluster auto`` or a comma list, accelerator search (``--accel``) and
+    planning (``--explain``/``--dry-run``) need the candidates of several
+    clusters; a single named (or the default) cluster does not.
+    """
+    return bool(plan_only or accel or (cluster and (cluster.strip() == "auto" or "," in cluster)))
+
+
+def submit_anywhere(session, spec, cluster: Optional[str] = None,
+                    partition: Optional[str] = None, accel: Optional[str] = None,
+                    plan_only: bool = False, dry_run: bool = False) -> SubmitOutcome:
+    """The one entry point of ``slurmkit submit``: one cluster, or the best of several.
+
+    ``cluster`` is what the user wrote: a name, ``auto`` (every cluster of the
+    site) or ``a,b``.  ``plan_only`` asks for the candidates (``--explain``);
+    ``dry_run`` plans and submits nothing.  Only a multi-cluster submission
+    imports the federation planner.
+    """
+    if not is_federated(cluster, accel, plan_only or dry_run):
+        from slurmkit import jobs
+
+        return SubmitOutcome(jobs.submit(session, spec, cluster, partition))
+    from slurmkit.federation import planner
+
+    names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
+    placement = planner.submit_best(session, spec, names, partition, planner.parse_accel(accel), dry_run=dry_run)
+    return SubmitOutcome(placement.submission, placement)

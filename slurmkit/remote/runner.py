@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Sequence
 
-from slurmkit.errors import ConfigError, ConnectTimeoutError, RemoteError, SlurmUnavailableError
+from slurmkit.errors import ConfigError, ConnectTimeoutError, RemoteError, SlurmUnavailableError, UsageError
 from slurmkit.remote import pool
 from slurmkit.remote.connect import close_quietly, local_user, paramiko_module, seconds_text, why
 from slurmkit.slurm.runner import CommandResult, Runner
@@ -34,11 +34,11 @@ def quote_command(argv: Sequence[str]) -> str:
     """
     argv = [str(a) for a in argv]
     if not argv:
-        raise ValueError("cannot run an empty command")
+        raise UsageError("cannot run an empty command")
     for arg in argv:
         if "\x00" in arg:
             # No shell can carry a NUL inside an argument; refuse rather than truncate.
-            raise ValueError("argument %r contains a NUL byte" % arg)
+            raise UsageError("argument %r contains a NUL byte, which no command line can carry" % arg)
     return shlex.join(argv)
 
 

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from slurmkit.errors import ConfigError, HostKeyError
+from slurmkit.errors import ConfigError, HostKeyError, UsageError
 from slurmkit.remote.known_hosts import (host_key_name, known_hosts_files, known_hosts_line, read_known_hosts,
                                          trust_target_file)
 from slurmkit.site.proxy_jump import parse_proxy_jump
@@ -32,7 +32,7 @@ def trust_host_key(login, key, known_hosts_path: Optional[str] = None, jump: boo
     try:
         base64.b64decode(key_b64, validate=True)
     except (ValueError, TypeError):
-        raise ValueError("not a base64 key: %r" % (key_b64,)) from None
+        raise HostKeyError("the host key offered is not valid base64 (%r); nothing was written" % (key_b64,)) from None
     if jump:
         jh = parse_proxy_jump(login.proxy_jump or "")
         host, port = jh.host, jh.port
@@ -93,7 +93,7 @@ def login_host_key(site, name: str) -> HostKeyOffer:
     key ``@revoked``: such a key is never offered for trust.
     """
     if not name:
-        raise ConfigError("no cluster given; choose one of: %s" % ", ".join(sorted(site.clusters)))
+        raise UsageError("no cluster given; choose one of: %s" % ", ".join(sorted(site.clusters)))
     cluster = site.cluster(name)
     login = cluster.login
     if login is None:

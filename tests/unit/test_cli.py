@@ -36,6 +36,9 @@ def test_every_command_has_help_text(capsys):
         assert command.help and command.help.strip(), "command %s has no help text" % " ".join(path)
         code, out, _ = run(capsys, *path, "--help")
         assert code == 0 and "Usage: slurmkit " + " ".join(path) in out
+        # Every command shows how it is used: an example with the real command line.
+        assert "Example" in out and ("slurmkit " + " ".join(path)) in out.split("Example", 1)[1], \
+            "command %s has no Example: in its help" % " ".join(path)
         for param in command.params:
             if isinstance(param, click.Option):
                 assert param.help, "option %s of %s has no help" % (param.opts, " ".join(path))

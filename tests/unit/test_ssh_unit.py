@@ -82,9 +82,11 @@ def test_quote_command_arrives_byte_for_byte_in_a_posix_shell(shell, tmp_path):
 
 
 def test_quote_command_refuses_empty_and_nul():
-    with pytest.raises(ValueError):
+    # UsageError, not ValueError: the CLI's boundary turns it into one line and exit 2.
+    from slurmkit.errors import UsageError
+    with pytest.raises(UsageError):
         remote_runner.quote_command([])
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError, match="NUL byte"):
         remote_runner.quote_command(["echo", "a\x00b"])
 
 
@@ -274,8 +276,10 @@ def test_trust_host_key_accepts_paramiko_key(tmp_path):
 
 
 def test_trust_host_key_rejects_garbage(tmp_path):
-    with pytest.raises(ValueError):
+    from slurmkit.errors import HostKeyError
+    with pytest.raises(HostKeyError, match="not valid base64"):
         trust.trust_host_key(login(), ("ssh-ed25519", "not base64!"), str(tmp_path / "kh"))
+    assert not (tmp_path / "kh").exists()
 
 
 # ---------------------------------------------------------------- messages

@@ -1,0 +1,172 @@
+"""The architecture, checked: layers of the import graph, who may import what, start-up cost.
+
+The rules (README, "Architecture"):
+- the library never imports the CLI, and only ``slurmkit/cli/`` imports click;
+- ``slurm/`` talks to Slurm and knows nothing of SSH, scripts, federation or the CLI;
+  ``remote/`` knows nothing of scripts, jobs or federation; ``site/`` is the bottom
+  (it may use Slurm's time strings);
+- the parts (subpackages and top-level modules) import each other without cycles;
+- each heavy or optional third-party module has one home (paramiko: remote/connect.py);
+- a repeated submission pays for none of them (measured in a fresh process).
+"""
+
+import ast
+import configparser
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "slurmkit"
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(name, path):
+    """Every module ``name`` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            found.add(module)
+            # "from slurmkit.remote import runner" imports slurmkit.remote.runner
+            found.update("%s.%s" % (module, alias.name) for alias in node.names)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in _modules()}
+
+
+def _part(module):
+    """slurmkit.remote.connect -> 'remote'; slurmkit.jobs -> 'jobs'; other packages -> None."""
+    parts = module.split(".")
+    if parts[0] != "slurmkit" or len(parts) == 1:
+        return None
+    return parts[1]
+
+
+def _importers_of(prefix):
+    return sorted(name for name, imported in GRAPH.items()
+                  if any(m == prefix or m.startswith(prefix + ".") for m in imported))
+
+
+def test_the_graph_sees_the_package():
+    assert "slurmkit.remote.connect" in GRAPH and "slurmkit.slurm.backend" in GRAPH
+    assert "paramiko" in GRAPH["slurmkit.remote.connect"]       # lazy imports are seen too
+    assert "slurmkit.slurm.backend" in GRAPH["slurmkit.session"]
+
+
+def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
+    assert all(name.startswith("slurmkit.cli") for name in _importers_of("click"))
+    # __main__ is the ``python -m slurmkit`` entry point: it is the CLI's door, not the library.
+    assert all(name.startswith("slurmkit.cli") or name == "slurmkit.__main__"
+               for name in _importers_of("slurmkit.cli"))
+
+
+@pytest.mark.parametrize("part,forbidden", [
+    ("slurm", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health")),
+    ("remote", ("script", "federation", "cli", "jobs", "session", "requeue", "health")),
+    ("site", ("slurm.backend", "slurm.runner", "remote", "script", "federation", "cli", "jobs", "session",
+              "requeue", "health")),
+    ("script", ("remote", "federation", "cli", "jobs", "session", "requeue", "health")),
+    ("jobs", ("federation", "cli", "requeue", "health")),
+    ("federation", ("cli", "requeue", "health")),
+])
+def test_no_import_runs_up_the_layers(part, forbidden):
+    offenders = []
+    for name, imported in GRAPH.items():
+        if _part(name) != part:
+            continue
+        for module in imported:
+            for bad in forbidden:
+                if module == "slurmkit." + bad or module.startswith("slurmkit.%s." % bad):
+                    offenders.append("%s imports %s" % (name, module))
+    assert not offenders
+
+
+def test_the_parts_import_each_other_without_cycles():
+    edges = {}
+    for name, imported in GRAPH.items():
+        src = _part(name)
+        if src is None:
+            continue
+        for module in imported:
+            dst = _part(module)
+            # "from slurmkit import __version__" names the package itself, not a part.
+            if dst and dst != src and ((PACKAGE / dst).is_dir() or (PACKAGE / (dst + ".py")).exists()):
+                edges.setdefault(src, set()).add(dst)
+    state, cycle = {}, []
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                cycle.append(path + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycle, "import cycle between parts: %s" % " -> ".join(cycle[0])
+
+
+@pytest.mark.parametrize("module,homes", [
+    ("paramiko", {"slurmkit.remote.connect"}),
+    ("jinja2", {"slurmkit.script.render"}),
+    ("yaml", {"slurmkit.site.loader"}),
+    ("pyslurm", {"slurmkit.slurm.pyslurm_backend"}),
+    ("ClusterShell", {"slurmkit.slurm.hostlist"}),
+])
+def test_each_heavy_module_has_one_home(module, homes):
+    assert set(_importers_of(module)) <= homes
+
+
+@pytest.mark.parametrize("module", ["psutil", "pynvml"])
+def test_node_probes_live_in_health(module):
+    assert all(name.startswith("slurmkit.health.") for name in _importers_of(module))
+
+
+def test_setup_cfg_lists_every_package():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert listed == on_disk | {"slurmkit.templates"}
+
+
+HEAVY = ("jinja2", "yaml", "paramiko", "pyslurm", "psutil", "pynvml", "ClusterShell", "click.testing")
+
+
+def test_a_repeated_render_imports_no_heavy_module(tmp_path):
+    """The second identical render (what a resubmission does) comes from the caches."""
+    site = ROOT / "site_configs" / "example-infiniband.yaml"
+    code = ("import sys, json, io, contextlib\n"
+            "from slurmkit.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    code = main(['render', '--site', %r, '-N', '2', '--token', 'tok', '--', 'python', 'train.py'])\n"
+            "print(json.dumps([code, sorted(m for m in %r if m in sys.modules)]))\n" % (str(site), HEAVY))
+    env = dict(os.environ, SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                      check=True, cwd=str(ROOT)).stdout) for _ in range(2)]
+    assert runs[0][0] == 0 and "jinja2" in runs[0][1] and "yaml" in runs[0][1]   # the first one really renders
+    assert runs[1] == [0, []]
