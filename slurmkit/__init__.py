@@ -1,11 +1,14 @@
-"""slurmkit: topology-aware Slurm job submission for GPU sites.
+"""slurmkit: topology-aware Slurm job submission, federation, requeue and health for GPU sites.
 
-Folder map: ``site/`` (site config schema, loading, model), ``render.py`` and
-``fabric.py`` (sbatch scripts and collective-library settings),
-``topology.py`` (leaf switches), ``slurm/`` (the Slurm interface: argv
-builders, parsers, runners, backends), ``remote/`` (SSH, the only paramiko
-user), ``jobs.py`` (submit/status/cancel), ``cli/`` (click, the only click
-user).  Imports here stay light: ``slurmkit render`` must not pay for SSH.
+The folder listing is the architecture (README, "Architecture"): ``site/``
+(site configs), ``slurm/`` (talking to Slurm), ``remote/`` (SSH),
+``script/`` (the job script), ``session.py``, ``jobs.py``, ``federation/``,
+``requeue/``, ``health/`` and ``cli/`` (the only user of click).
+
+One rule for imports, stated here once: every command is a fresh process, so
+heavy or optional third-party modules (jinja2, yaml, paramiko, pyslurm,
+psutil, pynvml, ClusterShell) are imported inside the functions that need
+them, never at module level of a module on a command's common path.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
