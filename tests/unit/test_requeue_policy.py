@@ -1,0 +1,129 @@
+"""The requeue policy: which failures are restarted, budgets, crash loops, progress, backoff, exclusions."""
+
+import pytest
+
+from slurmkit.requeue import policy
+from slurmkit.requeue.policy import AttemptView, Budget, decide
+
+
+def attempt(number=1, state="NODE_FAIL", exit_code=None, signal=None, reason="", nodes=("an1", "an2"),
+            runtime=600.0, resume_step=None, cause=None):
+    return AttemptView(number=number, state=state, exit_code=exit_code, signal=signal, reason=reason, nodes=nodes,
+                       started_at=1000.0, ended_at=1000.0 + runtime, resume_step=resume_step, cause=cause)
+
+
+@pytest.mark.parametrize("state,exit_code,reason,transient,cause", [
+    ("COMPLETED", 0, "", (), policy.COMPLETED),
+    ("NODE_FAIL", None, "", (), policy.NODE_FAIL),
+    ("BOOT_FAIL", None, "", (), policy.BOOT_FAIL),
+    ("PREEMPTED", None, "", (), policy.PREEMPTED),
+    ("TIMEOUT", None, "", (), policy.TIMEOUT),
+    ("CANCELLED", None, "", (), policy.CANCELLED),
+    ("CANCELLED by 0", None, "", (), policy.CANCELLED),
+    ("OUT_OF_MEMORY", 0, "", (), policy.OUT_OF_MEMORY),
+    ("FAILED", 1, "JobLaunchFailure", (), policy.LAUNCH_FAILED),
+    ("FAILED", 1, "launch failed requeued held", (), policy.LAUNCH_FAILED),
+    ("FAILED", 75, "NonZeroExitCode", (75, 76), policy.TRANSIENT_EXIT),
+    ("FAILED", 1, "NonZeroExitCode", (75, 76), policy.FAILED),
+    ("FAILED", 0, "", (0,), policy.FAILED),          # 0 is never "transient"
+])
+def test_classify(state, exit_code, reason, transient, cause):
+    assert policy.classify(state, exit_code, None, reason, transient) == cause
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL", "PREEMPTED"])
+def test_infrastructure_failures_restart_at_once(state):
+    d = decide(attempt(state=state), [], latest_step=40)
+    assert d.restart and d.delay_s == 0 and d.cause == state.lower()
+
+
+def test_transient_exit_code_restarts_and_others_do_not():
+    d = decide(attempt(state="FAILED", exit_code=75), [], latest_step=10, transient_codes={75})
+    assert d.restart and d.cause == policy.TRANSIENT_EXIT and "exit code 75" in d.reason
+    d = decide(attempt(state="FAILED", exit_code=3), [], latest_step=10, transient_codes={75})
+    assert not d.restart and d.cause == policy.FAILED and "exit code 3" in d.reason
+
+
+def test_signal_is_named_in_the_reason():
+    d = decide(attempt(state="FAILED", exit_code=None, signal=9), [], latest_step=None)
+    assert not d.restart and "signal 9" in d.reason
+
+
+@pytest.mark.parametrize("state", ["COMPLETED", "CANCELLED"])
+def test_completed_and_cancelled_are_final(state):
+    d = decide(attempt(state=state, exit_code=0), [], latest_step=100)
+    assert not d.restart
+
+
+def test_timeout_restarts_only_with_a_newer_checkpoint():
+    assert decide(attempt(state="TIMEOUT", resume_step=20), [], latest_step=30).restart
+    stuck = decide(attempt(state="TIMEOUT", resume_step=20), [], latest_step=20)
+    assert not stuck.restart and "step 20" in stuck.reason
+    assert not decide(attempt(state="TIMEOUT"), [], latest_step=None).restart      # never checkpointed
+    assert decide(attempt(state="TIMEOUT"), [], latest_step=5).restart              # first checkpoint exists
+
+
+def test_total_budget():
+    d = decide(attempt(number=4, state="NODE_FAIL"), [], latest_step=10, budget=Budget(max_restarts=3))
+    assert not d.restart and "budget (3)" in d.reason
+
+
+def test_per_cause_budget_and_backoff():
+    budget = Budget(per_cause={policy.NODE_FAIL: 3}, backoff_s=30, backoff_max_s=100)
+    history = []
+    delays = []
+    for n in range(1, 5):
+        a = attempt(number=n, state="NODE_FAIL", resume_step=n * 10)
+        d = decide(a, history, latest_step=n * 10 + 5, budget=budget)
+        delays.append(d.delay_s if d.restart else None)
+        history.append(AttemptView(**dict(a.__dict__, cause=d.cause)))
+    assert delays == [0, 30, 60, None]          # the 4th node failure exceeds the budget of 3
+
+
+def test_crash_loop_is_stopped():
+    history = []
+    budget = Budget(per_cause={policy.TRANSIENT_EXIT: 10}, max_quick_failures=3, quick_failure_s=120)
+    results = []
+    for n in range(1, 5):
+        a = attempt(number=n, state="FAILED", exit_code=75, runtime=20, resume_step=n)
+        d = decide(a, history, latest_step=n + 1, budget=budget, transient_codes={75})
+        results.append(d.restart)
+        history.append(AttemptView(**dict(a.__dict__, cause=d.cause)))
+        if not d.restart:
+            assert "crash loop" in d.reason
+            break
+    assert results == [True, True, False]
+
+
+def test_slow_failures_are_not_a_crash_loop():
+    history = []
+    budget = Budget(per_cause={policy.TRANSIENT_EXIT: 10}, max_quick_failures=2)
+    for n in range(1, 5):
+        a = attempt(number=n, state="FAILED", exit_code=75, runtime=3600, resume_step=n * 10)
+        d = decide(a, history, latest_step=n * 10 + 10, budget=budget, transient_codes={75})
+        assert d.restart
+        history.append(AttemptView(**dict(a.__dict__, cause=d.cause)))
+
+
+def test_no_checkpoint_progress_is_stopped():
+    budget = Budget(max_no_progress=2, per_cause={policy.NODE_FAIL: 10})
+    history = [attempt(number=1, state="NODE_FAIL", resume_step=None, cause=policy.NODE_FAIL),
+               attempt(number=2, state="NODE_FAIL", resume_step=50, cause=policy.NODE_FAIL)]
+    d = decide(attempt(number=3, state="NODE_FAIL", resume_step=50), history, latest_step=50, budget=budget)
+    assert not d.restart and "no checkpoint progress in 2 attempts" in d.reason
+    # With progress the same history restarts.
+    assert decide(attempt(number=3, state="NODE_FAIL", resume_step=50), history, latest_step=60,
+                  budget=budget).restart
+
+
+def test_preemption_never_counts_against_progress():
+    budget = Budget(max_no_progress=1, per_cause={policy.PREEMPTED: 10})
+    history = [attempt(number=1, state="PREEMPTED", cause=policy.PREEMPTED),
+               attempt(number=2, state="PREEMPTED", cause=policy.PREEMPTED)]
+    assert decide(attempt(number=3, state="PREEMPTED"), history, latest_step=None, budget=budget).restart
+
+
+def test_unusable_nodes_of_the_attempt_are_excluded():
+    d = decide(attempt(state="NODE_FAIL", nodes=("an1", "an2")), [], latest_step=1,
+               unusable_nodes={"an2", "an4"})
+    assert d.exclude == ("an2",)
