@@ -14,12 +14,19 @@ DEVCLUSTER := $(DEVCLUSTER_DIR)/devcluster.py
 PYTHON ?= python3
 CLUSTER ?= alpha
 
-DEVCLUSTER_PACKAGES := slurm-wlm munge openssh-server openssh-client iproute2 util-linux mawk
+# slurmdbd + mariadb-server: real accounting (sacct) on alpha.
+DEVCLUSTER_PACKAGES := slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client iproute2 util-linux mawk
 # Programs that must exist; install-system does nothing when all are present.
-DEVCLUSTER_PROGRAMS := slurmctld slurmd munged mungekey sinfo scontrol sbatch srun ssh ssh-keygen unshare nsenter ss flock awk
+DEVCLUSTER_PROGRAMS := slurmctld slurmd slurmdbd munged mungekey sinfo scontrol sbatch srun sacct sacctmgr \
+	mariadbd mariadb-install-db mariadb ssh ssh-keygen unshare nsenter ss flock awk
 
 .PHONY: install-system cluster-up cluster-down cluster-env cluster-status
 
+# `apt-get update` exits non-zero when any one source fails (an expired Release
+# file, say) although the others refreshed: go on when apt's lists still offer
+# every package.  During the install a policy-rc.d (unless the machine has one)
+# keeps the packages' scripts from starting the system-wide mariadb, slurmdbd,
+# slurmctld or munge services: devcluster runs its own private instances.
 install-system:
 	@missing=""; \
 	for p in $(DEVCLUSTER_PROGRAMS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -27,7 +34,19 @@ install-system:
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	echo "install-system: missing:$$missing -> installing $(DEVCLUSTER_PACKAGES)"; \
 	if [ "$$(id -u)" -ne 0 ]; then echo "install-system: must run as root" >&2; exit 1; fi; \
-	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(DEVCLUSTER_PACKAGES)
+	if ! apt-get update; then \
+	  echo "install-system: warning: apt-get update failed (a source may be unreachable or expired); trying the package lists apt already has" >&2; \
+	  for p in $(DEVCLUSTER_PACKAGES); do \
+	    apt-cache policy $$p 2>/dev/null | grep -q 'Candidate: [^(]' \
+	      || { echo "install-system: no installable $$p in apt's package lists; fix the apt sources and retry" >&2; exit 1; }; \
+	  done; \
+	fi; \
+	policy=/usr/sbin/policy-rc.d; \
+	if [ ! -e $$policy ]; then \
+	  printf '#!/bin/sh\nexit 101\n' > $$policy && chmod 755 $$policy; \
+	  trap 'rm -f $$policy' EXIT; \
+	fi; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y $(DEVCLUSTER_PACKAGES)
 
 cluster-up: install-system
 	$(PYTHON) $(DEVCLUSTER) up
