@@ -39,7 +39,12 @@ Address and port map, cluster index k (alpha=1, beta=2, gamma=3)::
 Commands::
 
     up [CLUSTER...]     start whatever is not running (idempotent), resume
-                        DOWN/DRAIN nodes, wait until every node is idle
+                        the DOWN/DRAIN nodes that are devcluster's own (reason
+                        "Not responding", "Node unexpectedly rebooted", or one
+                        starting "devcluster:"), wait until every node is idle.
+                        Nodes drained or downed with any other reason (a
+                        test's, an admin's, a "slurmkit:" health drain) are
+                        reported and left alone.
     down [CLUSTER...]   cancel live jobs, stop exactly the recorded daemons
     env [CLUSTER]       print "export SLURM_CONF=..." (default alpha)
     status [CLUSTER...] daemons and node states; exit 1 if anything is down
@@ -726,61 +731,101 @@ def wait_ctld(c, timeout=30.0):
         c.name, c.ctld_addr, c.ctld_port, c.ctld_dir / "slurmctld.log", tail(c.ctld_dir / "slurmctld.log")))
 
 
+def node_conditions(c):
+    """{node: (state, reason)}: sinfo's long state (idle, down*, drained,
+    mixed, ...) and the node's reason ("" when it has none)."""
+    p = run(["sinfo", "-h", "-N", "-o", "%N %T %E"], env=c.env(), check=False, timeout=15)
+    conds = {}
+    if p.returncode != 0:
+        return conds
+    # A node in two partitions is listed twice, identically.
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            reason = parts[2].strip() if len(parts) == 3 else ""
+            conds[parts[0]] = (parts[1].lower(), "" if reason == "none" else reason)
+    return conds
+
+
 def node_states(c):
     """{node: state} as sinfo's long state (idle, down*, drained, mixed, ...)."""
-    p = run(["sinfo", "-h", "-N", "-o", "%N %T"], env=c.env(), check=False, timeout=15)
-    states = {}
-    if p.returncode != 0:
-        return states
-    for line in p.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1].lower()
-    return states
+    return {n: st for n, (st, _) in node_conditions(c).items()}
 
 
 READY_STATES = ("idle", "mixed", "allocated", "completing")
+# Reasons Slurm gives a node whose slurmd devcluster (re)started, and the
+# prefix of any reason devcluster itself writes.  Only such nodes are
+# devcluster's to resume; any other reason (a test's, an admin's, a
+# "slurmkit:" health drain) belongs to whoever set it.
+OWN_REASONS = ("Not responding", "Node unexpectedly rebooted")
+OWN_REASON_PREFIX = "devcluster:"
+
+
+def unavailable(state):
+    base = state.rstrip("*~#!%$@^-")
+    return "down" in base or "drain" in base or "fail" in base
+
+
+def resumable_by_us(state, reason):
+    """A DOWN/DRAIN/FAIL node devcluster may resume: down at boot with no
+    reason yet, or a reason from OWN_REASONS or with OWN_REASON_PREFIX."""
+    if not reason:
+        return "drain" not in state  # nobody drains without a reason; down* at boot has none
+    return reason.startswith(OWN_REASONS) or reason.startswith(OWN_REASON_PREFIX)
 
 
 def wait_idle(clusters, timeout=WAIT_IDLE_S):
-    """Wait until every node of every cluster is idle; resume DOWN/DRAIN nodes.
+    """Wait until every node of every cluster is idle, resuming the DOWN/DRAIN
+    nodes that are devcluster's business (resumable_by_us).
 
-    Nodes busy with somebody's running job (mixed/allocated/completing, and
-    responding) are accepted after 10 s: the cluster is healthy, just in use
-    (the clusters are shared by concurrent test sessions)."""
+    Nodes taken out of service by anyone else are reported and left alone:
+    they neither fail this nor are waited for.  Nodes busy with somebody's
+    running job (mixed/allocated/completing, and responding) are accepted
+    after 10 s: the cluster is healthy, just in use (the clusters are shared
+    by concurrent test sessions)."""
     start = time.monotonic()
     deadline = start + timeout
     last_resume = {}
     pending = {}
+    foreign = {}
     while True:
         pending = {}
+        foreign = {}
         busy_only = True
         for c in clusters:
-            states = node_states(c)
+            conds = node_conditions(c)
             for node in c.nodes:
-                st = states.get(node, "unknown")
+                st, reason = conds.get(node, ("unknown", ""))
                 if st == "idle":
+                    continue
+                if unavailable(st) and not resumable_by_us(st, reason):
+                    foreign[(c.name, node)] = (st, reason)
                     continue
                 pending[(c.name, node)] = st
                 if st not in READY_STATES:
                     busy_only = False
-                base = st.rstrip("*~#!%$@^-")
-                if ("down" in base or "drain" in base or "fail" in base) and \
-                        time.monotonic() - last_resume.get((c.name, node), -99) > 5:
+                if unavailable(st) and time.monotonic() - last_resume.get((c.name, node), -99) > 5:
                     last_resume[(c.name, node)] = time.monotonic()
                     p = run(["scontrol", "update", "NodeName=%s" % node, "State=RESUME"],
                             env=c.env(), check=False)
-                    say("%s: %s was %s -> resume%s" % (c.name, node, st,
-                                                      "" if p.returncode == 0 else " (%s)" % p.stderr.strip()))
+                    say("%s: %s was %s (%s) -> resume%s" % (
+                        c.name, node, st, reason or "no reason",
+                        "" if p.returncode == 0 else " (%s)" % p.stderr.strip()))
         if not pending:
-            return
+            break
         if busy_only and time.monotonic() - start > min(10.0, timeout / 2):
             say("nodes busy with running jobs (ok): %s" % ", ".join(
                 "%s/%s=%s" % (cn, n, st) for (cn, n), st in sorted(pending.items())))
-            return
-        if time.monotonic() > deadline:
             break
+        if time.monotonic() > deadline:
+            fail_not_idle(pending, timeout)
         time.sleep(0.5)
+    for (cn, n), (st, reason) in sorted(foreign.items()):
+        say("%s: %s is %s with reason %r, set by someone else: left alone "
+            "(scontrol update NodeName=%s State=RESUME when done with it)" % (cn, n, st, reason, n))
+
+
+def fail_not_idle(pending, timeout):
     msg = ["nodes not idle after %ds: %s" % (timeout, ", ".join(
         "%s/%s=%s" % (cn, n, st) for (cn, n), st in sorted(pending.items())))]
     seen = set()

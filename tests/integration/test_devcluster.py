@@ -1,6 +1,7 @@
 """The local dev clusters themselves: nodes, partitions, gres, topology, srun
 across nodes, login-node sshd with strict host key checking, loopback-only
-listeners.  Needs ``make cluster-up``.  Jobs are short (``--time=2``)."""
+listeners, and `devcluster.py up` leaving others' drained nodes alone.
+Needs ``make cluster-up``.  Jobs are short (``--time=2``)."""
 
 import re
 import subprocess
@@ -8,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from conftest import devcluster_cmd
 
 EXPECTED = {
     "alpha": {"nodes": ["an1", "an2", "an3", "an4"], "gres": "gpu:h100:8",
@@ -193,3 +196,35 @@ def test_nothing_listens_outside_loopback(devcluster, tmp_path):
     assert any(a == "127.0.0.1" and lo <= p <= hi for a, p, _, comm in ours if comm == "srun")
     devcluster.slurm("beta", "scancel", job)
     devcluster.wait_job_state("beta", job, {"CANCELLED", "COMPLETED"}, timeout=30, interval=0.5)
+
+
+# ------------------------------------------------------------------ ownership of drained nodes
+
+def node_state_reason(devcluster, cluster, node):
+    """(State, Reason) from scontrol; the reason may contain spaces and ends
+    before " [user@time]"."""
+    raw = devcluster.slurm(cluster, "scontrol", "show", "node", "-o", node).stdout
+    state = re.search(r"\bState=(\S+)", raw)
+    reason = re.search(r"\bReason=(.*?)(?: \[[^]]*\])?\s*$", raw)
+    return state.group(1) if state else "", reason.group(1) if reason else ""
+
+
+def test_up_resumes_only_what_is_its_own(devcluster):
+    # gn2: drained by "someone else" (a test, an admin, a slurmkit health
+    # drain); gn1: drained with devcluster's own prefix.
+    name = "gamma"
+    drain = {"gn1": "devcluster: test drain", "gn2": "test: keep"}
+    for node, reason in drain.items():
+        devcluster.slurm(name, "scontrol", "update", "NodeName=%s" % node, "State=DRAIN", "Reason=%s" % reason)
+    try:
+        out = devcluster_cmd("up", name)
+        state, reason = node_state_reason(devcluster, name, "gn2")
+        assert "DRAIN" in state and reason == "test: keep", (state, reason, out)
+        assert re.search(r"gn2 is \S+ with reason 'test: keep', set by someone else: left alone", out), out
+        state, _ = node_state_reason(devcluster, name, "gn1")
+        assert "DRAIN" not in state, (state, out)
+        assert "gn1 was" in out and "-> resume" in out
+    finally:
+        for node in drain:
+            if "DRAIN" in node_state_reason(devcluster, name, node)[0]:
+                devcluster.slurm(name, "scontrol", "update", "NodeName=%s" % node, "State=RESUME")
