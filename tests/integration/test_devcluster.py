@@ -228,3 +228,11 @@ def test_up_resumes_only_what_is_its_own(devcluster):
         for node in drain:
             if "DRAIN" in node_state_reason(devcluster, name, node)[0]:
                 devcluster.slurm(name, "scontrol", "update", "NodeName=%s" % node, "State=RESUME")
+
+
+def test_login_sshd_sets_per_source_penalties_only_where_known(devcluster):
+    probe = subprocess.run(["/usr/sbin/sshd", "-G", "-f", "/dev/null", "-o", "PerSourcePenalties=no"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for c in devcluster.clusters.values():
+        lines = Path(c.raw["login"]["sshd_config"]).read_text().splitlines()
+        assert ("PerSourcePenalties no" in lines) == (probe.returncode == 0), c.name
