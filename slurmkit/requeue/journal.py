@@ -1,0 +1,331 @@
+"""The requeue journal: every tracked job and every attempt, durably, in SQLite (WAL).
+
+One file per user (``$SLURMKIT_STATE_DIR``, else ``$XDG_STATE_HOME/slurmkit``,
+else ``~/.local/state/slurmkit``; ``requeue.db``).  Write-ahead logging lets
+``slurmkit jobs`` read while the daemon writes, and every change is one
+transaction, so a crash (kill -9 at any moment) leaves the file as it was
+before or after a step, never between.
+
+An attempt moves through phases, each written before the next action:
+
+``intent``     written *before* sbatch: the attempt's token, cluster, the
+               checkpoint it resumes from.  After a crash, an intent without a
+               job id is reconciled by looking for its token in Slurm (each
+               job's comment carries it): found -> ``submitted``; not found ->
+               submitted now.  So a restart is neither lost nor made twice.
+``submitted``  Slurm's job id is known; the daemon polls it.
+``finished``   Slurm's final state, exit status, signal, nodes and reason.
+``decided``    the policy's decision (restart or stop, cause, reason).
+
+Only one daemon may work on a journal at a time (:meth:`Journal.exclusive`).
+"""
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional
+
+from slurmkit.errors import SlurmkitError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tracked (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    site TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    partition TEXT,
+    spec TEXT NOT NULL,                 -- JSON: the job as submitted (JobSpec fields)
+    checkpoint_dir TEXT NOT NULL,
+    shared_clusters TEXT NOT NULL DEFAULT '[]',   -- JSON: clusters that see checkpoint_dir too
+    budget TEXT NOT NULL DEFAULT '{}',  -- JSON: policy.Budget overrides
+    state TEXT NOT NULL DEFAULT 'active',         -- active | completed | stopped
+    reason TEXT NOT NULL DEFAULT '',
+    excluded TEXT NOT NULL DEFAULT '[]',          -- JSON: nodes kept off the next attempts
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY,
+    tracked_id INTEGER NOT NULL REFERENCES tracked(id),
+    number INTEGER NOT NULL,
+    token TEXT NOT NULL UNIQUE,
+    cluster TEXT NOT NULL,
+    job_id TEXT,
+    phase TEXT NOT NULL,                -- intent | submitted | finished | decided
+    state TEXT NOT NULL DEFAULT '',
+    exit_code INTEGER,
+    signal INTEGER,
+    nodes TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL DEFAULT '',
+    resume_from TEXT,
+    resume_step INTEGER,
+    started_at REAL,
+    ended_at REAL,
+    not_before REAL NOT NULL DEFAULT 0, -- backoff: do not submit before this time
+    cause TEXT NOT NULL DEFAULT '',
+    decision TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    UNIQUE (tracked_id, number)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    tracked_id INTEGER NOT NULL REFERENCES tracked(id),
+    at REAL NOT NULL,
+    message TEXT NOT NULL
+);
+"""
+
+
+def state_dir() -> str:
+    return os.environ.get("SLURMKIT_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "slurmkit")
+
+
+def default_path() -> str:
+    return os.path.join(state_dir(), "requeue.db")
+
+
+@dataclass
+class Attempt:
+    id: int
+    tracked_id: int
+    number: int
+    token: str
+    cluster: str
+    job_id: Optional[str]
+    phase: str
+    state: str = ""
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    nodes: str = ""
+    reason: str = ""
+    resume_from: Optional[str] = None
+    resume_step: Optional[int] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    not_before: float = 0.0
+    cause: str = ""
+    decision: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+@dataclass
+class Tracked:
+    id: int
+    name: str
+    site: str
+    cluster: str
+    partition: Optional[str]
+    spec: dict
+    checkpoint_dir: str
+    shared_clusters: List[str]
+    budget: dict
+    state: str
+    reason: str
+    excluded: List[str]
+    created: float
+    updated: float
+    attempts: List[Attempt] = field(default_factory=list)
+    events: List[dict] = field(default_factory=list)
+
+    @property
+    def current(self) -> Optional[Attempt]:
+        return self.attempts[-1] if self.attempts else None
+
+    def to_dict(self):
+        data = {k: v for k, v in self.__dict__.items() if k not in ("attempts", "events")}
+        data["attempts"] = [a.to_dict() for a in self.attempts]
+        data["events"] = list(self.events)
+        return data
+
+
+_JSON_COLUMNS = {"spec", "shared_clusters", "budget", "excluded"}
+
+
+class Journal:
+    """The SQLite journal; every public method is one transaction."""
+
+    def __init__(self, path: Optional[str] = None, clock=time.time):
+        self.path = path or default_path()
+        self.clock = clock
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE), so a
+        # reader never blocks the writer and two writers never interleave their steps.
+        self.db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")     # a committed step survives power loss too
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(_SCHEMA)     # IF NOT EXISTS: idempotent, and atomic per statement
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        version = int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise SlurmkitError("the requeue journal %s was written by a newer slurmkit (schema %d); upgrade "
+                                "slurmkit" % (self.path, version))
+        os.chmod(self.path, 0o600)
+        self._lock_fd = None
+
+    def close(self):
+        self.db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- one daemon per journal -------------------------------------------------
+
+    def exclusive(self) -> None:
+        """Take the daemon lock for this journal for the life of the process, or fail saying who holds it."""
+        import fcntl
+
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
+            os.close(fd)
+            raise SlurmkitError("another slurmkit daemon (pid %s) is already working on %s; stop it first or use "
+                                "another journal" % (holder, self.path)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    # -- writing ----------------------------------------------------------------
+
+    def track(self, *, name: str, site: str, cluster: str, partition: Optional[str], spec: dict,
+              checkpoint_dir: str, shared_clusters=(), budget: Optional[dict] = None) -> int:
+        now = self.clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO tracked (name, site, cluster, partition, spec, checkpoint_dir, shared_clusters, budget,"
+                " created, updated) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (name, site, cluster, partition, json.dumps(spec, sort_keys=True), checkpoint_dir,
+                 json.dumps(list(shared_clusters)), json.dumps(budget or {}), now, now))
+            return int(cur.lastrowid)
+
+    def begin_attempt(self, tracked_id: int, number: int, token: str, cluster: str,
+                      resume_from: Optional[str] = None, resume_step: Optional[int] = None,
+                      not_before: float = 0.0) -> int:
+        """Write the intent to submit attempt ``number`` (before sbatch runs)."""
+        now = self.clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO attempts (tracked_id, number, token, cluster, phase, resume_from, resume_step, "
+                "not_before, created, updated) VALUES (?,?,?,?, 'intent', ?,?,?,?,?)",
+                (tracked_id, number, token, cluster, resume_from, resume_step, not_before, now, now))
+            db.execute("UPDATE tracked SET updated=? WHERE id=?", (now, tracked_id))
+            return int(cur.lastrowid)
+
+    def submitted(self, attempt_id: int, job_id: str, cluster: Optional[str] = None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET job_id=?, phase='submitted', cluster=COALESCE(?, cluster), updated=? "
+                       "WHERE id=? AND phase='intent'", (str(job_id), cluster, self.clock(), attempt_id))
+
+    def observed(self, attempt_id: int, *, state: str, nodes: str = "", started_at=None) -> None:
+        """A live attempt's current state (running, its nodes): shown by ``slurmkit jobs``."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET state=?, nodes=CASE WHEN ?='' THEN nodes ELSE ? END, "
+                       "started_at=COALESCE(?, started_at), updated=? WHERE id=? AND phase='submitted'",
+                       (state, nodes, nodes, started_at, self.clock(), attempt_id))
+
+    def finished(self, attempt_id: int, *, state: str, exit_code=None, signal=None, nodes: str = "",
+                 reason: str = "", started_at=None, ended_at=None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE attempts SET phase='finished', state=?, exit_code=?, signal=?, "
+                "nodes=CASE WHEN ?='' THEN nodes ELSE ? END, reason=?, started_at=COALESCE(?, started_at), "
+                "ended_at=?, updated=? WHERE id=? AND phase='submitted'",
+                (state, exit_code, signal, nodes, nodes, reason, started_at, ended_at, self.clock(), attempt_id))
+
+    def decided(self, attempt_id: int, *, cause: str, decision: str, stop_state: Optional[str] = None,
+                exclude=()) -> None:
+        """Record the policy's decision; ``stop_state`` ends tracking (completed or stopped)."""
+        now = self.clock()
+        with self._tx() as db:
+            row = db.execute("SELECT tracked_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
+            db.execute("UPDATE attempts SET phase='decided', cause=?, decision=?, updated=? WHERE id=?",
+                       (cause, decision, now, attempt_id))
+            if exclude:
+                old = json.loads(db.execute("SELECT excluded FROM tracked WHERE id=?",
+                                            (row["tracked_id"],)).fetchone()[0])
+                db.execute("UPDATE tracked SET excluded=? WHERE id=?",
+                           (json.dumps(sorted(set(old) | set(exclude))), row["tracked_id"]))
+            if stop_state:
+                db.execute("UPDATE tracked SET state=?, reason=?, updated=? WHERE id=?",
+                           (stop_state, decision, now, row["tracked_id"]))
+            else:
+                db.execute("UPDATE tracked SET reason=?, updated=? WHERE id=?", (decision, now, row["tracked_id"]))
+
+    def stop(self, tracked_id: int, reason: str, state: str = "stopped") -> None:
+        with self._tx() as db:
+            db.execute("UPDATE tracked SET state=?, reason=?, updated=? WHERE id=?",
+                       (state, reason, self.clock(), tracked_id))
+
+    def event(self, tracked_id: int, message: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO events (tracked_id, at, message) VALUES (?,?,?)",
+                       (tracked_id, self.clock(), message))
+
+    # -- reading ----------------------------------------------------------------
+
+    @staticmethod
+    def _tracked(row) -> Tracked:
+        values = {k: (json.loads(row[k]) if k in _JSON_COLUMNS else row[k]) for k in row.keys()}
+        return Tracked(**values)
+
+    def jobs(self, state: Optional[str] = None, ids=None) -> List[Tracked]:
+        """Tracked jobs with their attempts and events, oldest first (one read transaction)."""
+        query, args = "SELECT * FROM tracked", []
+        where = []
+        if state:
+            where.append("state=?")
+            args.append(state)
+        if ids:
+            where.append("id IN (%s)" % ",".join("?" * len(ids)))
+            args.extend(int(i) for i in ids)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        self.db.execute("BEGIN")
+        try:
+            tracked = {r["id"]: self._tracked(r) for r in self.db.execute(query + " ORDER BY id", args)}
+            if tracked:
+                marks = ",".join("?" * len(tracked))
+                for r in self.db.execute("SELECT * FROM attempts WHERE tracked_id IN (%s) ORDER BY number"
+                                         % marks, list(tracked)):
+                    tracked[r["tracked_id"]].attempts.append(Attempt(**dict(r)))
+                for r in self.db.execute("SELECT * FROM events WHERE tracked_id IN (%s) ORDER BY id"
+                                         % marks, list(tracked)):
+                    tracked[r["tracked_id"]].events.append({"at": r["at"], "message": r["message"]})
+        finally:
+            self.db.execute("COMMIT")
+        return list(tracked.values())
+
+    def job(self, tracked_id: int) -> Tracked:
+        found = self.jobs(ids=[tracked_id])
+        if not found:
+            raise SlurmkitError("no tracked job %s in %s; `slurmkit jobs` lists them" % (tracked_id, self.path))
+        return found[0]
+
+    def counts(self) -> Dict[str, int]:
+        return {r[0]: r[1] for r in self.db.execute("SELECT state, COUNT(*) FROM tracked GROUP BY state")}
