@@ -3,9 +3,12 @@
 
 Three independent clusters run side by side on this one machine, each with
 its own munged (own key and socket), its own slurmctld, one slurmd per node
-(``slurmd -N NAME``) and one OpenSSH "login node".  Every daemon binds to a
-127.0.0.0/8 address only.  Nothing under /etc is read or written by the
-daemons we start; all state lives below ``<repo>/.devcluster/``::
+(``slurmd -N NAME``) and one OpenSSH "login node".  beta's ``urgent``
+partition preempts its ``gpu`` partition (PreemptMode=CANCEL: the victim ends
+PREEMPTED).  alpha and beta cap ``--switches=N@WAIT`` at 120 s
+(SchedulerParameters=max_switch_wait=120); gamma keeps Slurm's 300 s.  Every
+daemon binds to a 127.0.0.0/8 address only.  Nothing under /etc is read or
+written by the daemons we start; all state lives below ``<repo>/.devcluster/``::
 
     .devcluster/
       clusters.json            what tests read: confs, nodes, ports, keys, logs
@@ -108,25 +111,39 @@ LOGIN_PORT = 2222
 WAIT_IDLE_S = 60.0
 
 # name -> description.  index k gives the 127.0.k.x addresses and 17kxx ports.
+# partitions: (name, default, MaxTime, PriorityTier).
+# max_switch_wait: Slurm's cap (s) on the wait a job's --switches=N@WAIT may ask
+#   for (SchedulerParameters); None leaves Slurm's default of 300 s.
+# preempt: (PreemptType, PreemptMode) for the whole cluster.
 SPECS = {
     "alpha": {
         "index": 1, "prefix": "an", "count": 4,
         "gres": ("gpu", "h100", 8), "devname": "nvidia",
-        "partitions": [("gpu", True, "24:00:00"), ("cpu", False, "INFINITE")],
+        "partitions": [("gpu", True, "24:00:00", 1), ("cpu", False, "INFINITE", 1)],
         "leaves": [("leaf1", [1, 2]), ("leaf2", [3, 4])], "spine": "spine",
+        "max_switch_wait": 120, "preempt": None,
     },
     "beta": {
         "index": 2, "prefix": "bn", "count": 3,
         "gres": ("gpu", "a100", 4), "devname": "nvidia",
-        "partitions": [("gpu", True, "12:00:00")],
+        # urgent shares gpu's nodes at a higher tier: its jobs preempt gpu's.
+        "partitions": [("gpu", True, "12:00:00", 1), ("urgent", False, "12:00:00", 2)],
         "leaves": [("leaf1", [1, 2]), ("leaf2", [3])], "spine": "spine",
+        # CANCEL, not REQUEUE: the preempted job ends in state PREEMPTED (kept
+        # by squeue/scontrol for MinJobAge, there being no slurmdbd here) and
+        # stays ended.  With REQUEUE Slurm itself would put it back to PENDING
+        # (JobState PENDING, Restarts=1), so a requeue daemon watching it would
+        # never see the PREEMPTED end and must not restart it a second time.
+        "max_switch_wait": 120,
+        "preempt": ("preempt/partition_prio", "CANCEL"),
     },
     "gamma": {
         # Ascend-style accelerators: a generic gres (no gres plugin in Slurm).
         "index": 3, "prefix": "gn", "count": 2,
         "gres": ("npu", "ascend910b", 8), "devname": "davinci",
-        "partitions": [("npu", True, "12:00:00")],
+        "partitions": [("npu", True, "12:00:00", 1)],
         "leaves": [("leaf1", [1, 2])], "spine": None,
+        "max_switch_wait": None, "preempt": None,
     },
 }
 NODE_CPUS = 4
@@ -283,9 +300,18 @@ class Cluster:
             "MinJobAge=3600",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
+        ]
+        if s["preempt"]:
+            lines += ["PreemptType=%s" % s["preempt"][0], "PreemptMode=%s" % s["preempt"][1]]
+        sched = ["bf_interval=5"]
+        if s["max_switch_wait"] is not None:
+            # A job asking for --switches=N@WAIT longer than this gets WAIT
+            # cut to it (scontrol show job: Switches=N@00:02:00).
+            sched.append("max_switch_wait=%d" % s["max_switch_wait"])
+        lines += [
             "JobCompType=jobcomp/none",
             "SchedulerType=sched/backfill",
-            "SchedulerParameters=bf_interval=5",
+            "SchedulerParameters=%s" % ",".join(sched),
             "SlurmctldTimeout=30",
             "SlurmdTimeout=30",
             "MessageTimeout=10",
@@ -302,9 +328,9 @@ class Cluster:
                 % (node, self.node_addr(i), self.node_addr(i), self.node_port(i), NODE_CPUS,
                    NODE_MEM_MB, self.gres))
         lines.append("")
-        for part, default, maxtime in s["partitions"]:
-            lines.append("PartitionName=%s Nodes=%s Default=%s MaxTime=%s State=UP"
-                         % (part, self.nodelist, "YES" if default else "NO", maxtime))
+        for part, default, maxtime, tier in s["partitions"]:
+            lines.append("PartitionName=%s Nodes=%s Default=%s MaxTime=%s PriorityTier=%d State=UP"
+                         % (part, self.nodelist, "YES" if default else "NO", maxtime, tier))
         return "\n".join(lines) + "\n"
 
     def render_gres_conf(self):
@@ -377,9 +403,12 @@ class Cluster:
                      "spec": self.gres, "device_dir": str(self.dev_dir)},
             "cpus_per_node": NODE_CPUS,
             "memory_mb_per_node": NODE_MEM_MB,
-            "partitions": [{"name": p, "default": dflt, "max_time": mt}
-                           for p, dflt, mt in self.spec["partitions"]],
-            "default_partition": [p for p, dflt, _ in self.spec["partitions"] if dflt][0],
+            "partitions": [{"name": p, "default": dflt, "max_time": mt, "priority_tier": tier}
+                           for p, dflt, mt, tier in self.spec["partitions"]],
+            "default_partition": [p for p, dflt, _, _ in self.spec["partitions"] if dflt][0],
+            "max_switch_wait_s": self.spec["max_switch_wait"],
+            "preempt": ({"type": self.spec["preempt"][0], "mode": self.spec["preempt"][1]}
+                        if self.spec["preempt"] else None),
             "topology": {"leaves": {leaf: hostlist(self.spec["prefix"], nums)
                                     for leaf, nums in self.spec["leaves"]},
                          "spine": self.spec["spine"]},

@@ -1,7 +1,8 @@
 """The local dev clusters themselves: nodes, partitions, gres, topology, srun
 across nodes, login-node sshd with strict host key checking, loopback-only
-listeners, and `devcluster.py up` leaving others' drained nodes alone.
-Needs ``make cluster-up``.  Jobs are short (``--time=2``)."""
+listeners, the switch-wait cap, preemption on beta, and `devcluster.py up`
+leaving others' drained nodes alone.  Needs ``make cluster-up``.  Jobs are
+short (``--time=2``)."""
 
 import re
 import subprocess
@@ -16,7 +17,7 @@ EXPECTED = {
     "alpha": {"nodes": ["an1", "an2", "an3", "an4"], "gres": "gpu:h100:8",
               "partitions": {"gpu": ("YES", "1-00:00:00"), "cpu": ("NO", "UNLIMITED")}},
     "beta": {"nodes": ["bn1", "bn2", "bn3"], "gres": "gpu:a100:4",
-             "partitions": {"gpu": ("YES", "12:00:00")}},
+             "partitions": {"gpu": ("YES", "12:00:00"), "urgent": ("NO", "12:00:00")}},
     "gamma": {"nodes": ["gn1", "gn2"], "gres": "npu:ascend910b:8",
               "partitions": {"npu": ("YES", "12:00:00")}},
 }
@@ -196,6 +197,47 @@ def test_nothing_listens_outside_loopback(devcluster, tmp_path):
     assert any(a == "127.0.0.1" and lo <= p <= hi for a, p, _, comm in ours if comm == "srun")
     devcluster.slurm("beta", "scancel", job)
     devcluster.wait_job_state("beta", job, {"CANCELLED", "COMPLETED"}, timeout=30, interval=0.5)
+
+
+# ------------------------------------------------------------------ switch-wait cap
+
+@pytest.mark.parametrize("name,effective", [("alpha", "00:02:00"), ("beta", "00:02:00"),
+                                            ("gamma", "00:05:00")])
+def test_slurm_caps_the_switch_wait(devcluster, name, effective):
+    # alpha and beta set SchedulerParameters=max_switch_wait=120; gamma keeps
+    # Slurm's default cap of 300 s.  A held job is never started.
+    job = devcluster.sbatch(name, "--hold", "-N1", "--time=1", "--switches=1@10:00", "-o", "/dev/null",
+                            "--wrap", "true")
+    try:
+        assert devcluster.job_info(name, job)["Switches"] == "1@" + effective
+    finally:
+        devcluster.slurm(name, "scancel", job)
+    sched = [line for line in devcluster.slurm(name, "scontrol", "show", "config").stdout.splitlines()
+             if line.startswith("SchedulerParameters")]
+    assert ("max_switch_wait=120" in sched[0]) == (name != "gamma"), sched
+
+
+# ------------------------------------------------------------------ preemption
+
+def test_urgent_job_preempts_a_gpu_job_on_beta(devcluster, tmp_path):
+    victim_out = tmp_path / "victim.out"
+    victim = devcluster.sbatch("beta", "-p", "gpu", "-w", "bn3", "--exclusive", "--gres=gpu:4", "--time=2",
+                               "-o", victim_out, "--wrap", "echo victim-started; sleep 120", cwd=tmp_path)
+    try:
+        devcluster.wait_job_state("beta", victim, "RUNNING", timeout=60, interval=0.5)
+        urgent = devcluster.sbatch("beta", "-p", "urgent", "-w", "bn3", "--gres=gpu:4", "--time=1",
+                                   "-o", tmp_path / "urgent.out", "--wrap", "echo urgent-ran", cwd=tmp_path)
+        info = devcluster.wait_job_state("beta", victim, "PREEMPTED", timeout=30, interval=0.5)
+    finally:
+        devcluster.slurm("beta", "scancel", victim, check=False)
+    # Cancelled, not requeued: it stays PREEMPTED and never ran again.
+    assert info["Restarts"] == "0"
+    assert devcluster.slurm("beta", "squeue", "-h", "-t", "all", "-j", victim, "-o", "%T").stdout.split() \
+        == ["PREEMPTED"]
+    assert "CANCELLED AT" in victim_out.read_text() and "DUE TO PREEMPTION" in victim_out.read_text()
+    done = devcluster.wait_job_state("beta", urgent, "COMPLETED", timeout=30, interval=0.5)
+    assert done["NodeList"] == "bn3" and done["Partition"] == "urgent"
+    assert (tmp_path / "urgent.out").read_text().strip() == "urgent-ran"
 
 
 # ------------------------------------------------------------------ ownership of drained nodes
