@@ -3,12 +3,14 @@
 
 Three independent clusters run side by side on this one machine, each with
 its own munged (own key and socket), its own slurmctld, one slurmd per node
-(``slurmd -N NAME``) and one OpenSSH "login node".  beta's ``urgent``
-partition preempts its ``gpu`` partition (PreemptMode=CANCEL: the victim ends
-PREEMPTED).  alpha and beta cap ``--switches=N@WAIT`` at 120 s
-(SchedulerParameters=max_switch_wait=120); gamma keeps Slurm's 300 s.  Every
-daemon binds to a 127.0.0.0/8 address only.  Nothing under /etc is read or
-written by the daemons we start; all state lives below ``<repo>/.devcluster/``::
+(``slurmd -N NAME``) and one OpenSSH "login node".  alpha also has real
+accounting: its own slurmdbd on its own MariaDB server (``sacct`` works);
+beta and gamma have none.  beta's ``urgent`` partition preempts its ``gpu``
+partition (PreemptMode=CANCEL: the victim ends PREEMPTED).  alpha and beta cap
+``--switches=N@WAIT`` at 120 s (SchedulerParameters=max_switch_wait=120);
+gamma keeps Slurm's 300 s.  Every daemon binds to a 127.0.0.0/8 address only
+(MariaDB to none: unix socket).  Nothing under /etc is read or written by the
+daemons we start; all state lives below ``<repo>/.devcluster/``::
 
     .devcluster/
       clusters.json            what tests read: confs, nodes, ports, keys, logs
@@ -21,6 +23,11 @@ written by the daemons we start; all state lives below ``<repo>/.devcluster/``::
         etc/slurm.conf         SLURM_CONF for this cluster (+ gres.conf,
         etc/gres.conf          topology.conf next to it)
         etc/topology.conf
+        etc/slurmdbd.conf      alpha: mode 0600 (holds the database password)
+        dbd/slurmdbd.pid|log   alpha: slurmdbd
+        mariadb/               alpha: data/ (mariadb-install-db on first
+                               start), mariadbd.sock, mariadbd.pid|log,
+                               slurm.pass (slurmdbd's database password)
         munge/                 munge.key, munge.socket, munged.pid/.log, seed
         ctld/state/            StateSaveLocation
         ctld/slurmctld.pid|log
@@ -38,6 +45,8 @@ Address and port map, cluster index k (alpha=1, beta=2, gamma=3)::
     slurmd node i  127.0.k.(10+i):17k(20+i)      (an1 = 127.0.1.11:17121)
     srun ports     17k50-17k99  (SrunPortRange)
     login sshd     127.0.k.2:2222
+    slurmdbd       127.0.k.3:17k19               (alpha only: 127.0.1.3:17119)
+    MariaDB        no TCP port (--skip-networking): .devcluster/alpha/mariadb/mariadbd.sock
 
 Commands::
 
@@ -70,13 +79,17 @@ SlurmctldHost address: every program binds to what gethostname() resolves to
   127.0.0.1: slurmstepd connects back to the *source* address of srun's
   launch request, which the kernel always picks as 127.0.0.1 for loopback
   destinations (else: "[7.0] error: connect io: Connection refused");
-* login sshds run in a UTS namespace named "localhost" for the same reason.
+* login sshds run in a UTS namespace named "localhost" for the same reason;
+* slurmdbd runs in one named 127.0.k.3: it refuses to run unless its
+  hostname is DbdHost ("This host not configured to run SlurmDBD"), and
+  binds to what that resolves to (CommunicationParameters=NoInAddrAny).
 srun started directly on this machine binds to what the machine's hostname
 resolves to; ``up`` warns when that is not 127.0.0.1.
 
 A daemon counts as ours when its pid file names a live process whose
 /proc/PID/comm is the expected program and whose command line contains our
-config path; ``down`` only ever signals such processes.
+config path (slurmdbd, which takes no config option: whose environment has
+our SLURM_CONF); ``down`` only ever signals such processes.
 
 Stdlib only; Python 3.9+.  Run as root (SlurmUser=root, sshd).
 """
@@ -85,6 +98,7 @@ import argparse
 import fcntl
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -104,6 +118,9 @@ SSH_CONFIG = SSH_DIR / "config"
 CLUSTERS_JSON = STATE / "clusters.json"
 
 SSHD = "/usr/sbin/sshd"
+MARIADBD = "/usr/sbin/mariadbd"
+DB_NAME = "slurm_acct_db"
+DB_USER = "slurm"
 # Hostname seen by jobs and login sessions; must resolve to 127.0.0.1 (see
 # "Why UTS namespaces" in the docstring).
 JOB_HOSTNAME = "localhost"
@@ -114,6 +131,8 @@ WAIT_IDLE_S = 60.0
 # partitions: (name, default, MaxTime, PriorityTier).
 # max_switch_wait: Slurm's cap (s) on the wait a job's --switches=N@WAIT may ask
 #   for (SchedulerParameters); None leaves Slurm's default of 300 s.
+# accounting: run slurmdbd on a private MariaDB for this cluster (sacct works);
+#   the others keep accounting_storage/none, so both paths can be tested.
 # preempt: (PreemptType, PreemptMode) for the whole cluster.
 SPECS = {
     "alpha": {
@@ -121,7 +140,7 @@ SPECS = {
         "gres": ("gpu", "h100", 8), "devname": "nvidia",
         "partitions": [("gpu", True, "24:00:00", 1), ("cpu", False, "INFINITE", 1)],
         "leaves": [("leaf1", [1, 2]), ("leaf2", [3, 4])], "spine": "spine",
-        "max_switch_wait": 120, "preempt": None,
+        "max_switch_wait": 120, "accounting": True, "preempt": None,
     },
     "beta": {
         "index": 2, "prefix": "bn", "count": 3,
@@ -134,7 +153,7 @@ SPECS = {
         # stays ended.  With REQUEUE Slurm itself would put it back to PENDING
         # (JobState PENDING, Restarts=1), so a requeue daemon watching it would
         # never see the PREEMPTED end and must not restart it a second time.
-        "max_switch_wait": 120,
+        "max_switch_wait": 120, "accounting": False,
         "preempt": ("preempt/partition_prio", "CANCEL"),
     },
     "gamma": {
@@ -143,7 +162,7 @@ SPECS = {
         "gres": ("npu", "ascend910b", 8), "devname": "davinci",
         "partitions": [("npu", True, "12:00:00", 1)],
         "leaves": [("leaf1", [1, 2])], "spine": None,
-        "max_switch_wait": None, "preempt": None,
+        "max_switch_wait": None, "accounting": False, "preempt": None,
     },
 }
 NODE_CPUS = 4
@@ -207,6 +226,17 @@ class Cluster:
         self.login_host = "127.0.%d.2" % k
         self.login_port = LOGIN_PORT
         self.srun_ports = (17050 + 100 * k, 17099 + 100 * k)
+        # Accounting (clusters with spec["accounting"]): slurmdbd on its own
+        # address, MariaDB without any TCP listener (unix socket only).
+        self.accounting = bool(spec["accounting"])
+        self.dbd_addr = "127.0.%d.3" % k
+        self.dbd_port = 17019 + 100 * k
+        self.dbd_dir = self.dir / "dbd"
+        self.slurmdbd_conf = self.etc / "slurmdbd.conf"  # slurmdbd looks next to SLURM_CONF
+        self.mariadb_dir = self.dir / "mariadb"
+        self.mariadb_data = self.mariadb_dir / "data"
+        self.mariadb_socket = self.mariadb_dir / "mariadbd.sock"
+        self.storage_pass_file = self.mariadb_dir / "slurm.pass"
         self.numbers = list(range(1, spec["count"] + 1))
         self.nodes = ["%s%d" % (spec["prefix"], i) for i in self.numbers]
         self.nodelist = hostlist(spec["prefix"], self.numbers)
@@ -254,8 +284,38 @@ class Cluster:
                       self.sshd_dir / "sshd.pid", str(self.sshd_config),
                       self.sshd_dir / "sshd.log", uts_hostname=JOB_HOSTNAME)
 
+    def mariadbd(self):
+        m = self.mariadb_dir
+        return Daemon(self, "mariadbd", "mariadbd", [
+            MARIADBD, "--no-defaults", "--user=root",
+            "--datadir=%s" % self.mariadb_data, "--socket=%s" % self.mariadb_socket,
+            "--pid-file=%s" % (m / "mariadbd.pid"), "--log-error=%s" % (m / "mariadbd.log"),
+            # No TCP at all: slurmdbd, sacctmgr's set-up and anyone curious use the socket.
+            "--skip-networking",
+            # slurmdbd logs "Database settings not recommended values" below
+            # half of its recommendations; InnoDB only touches the pages it
+            # uses, so 2 GB costs the resident memory of the data (MBs here).
+            "--innodb-buffer-pool-size=2048M", "--innodb-lock-wait-timeout=900",
+        ], m / "mariadbd.pid", "--datadir=%s" % self.mariadb_data, m / "mariadbd.log",
+            foreground=True)
+
+    def slurmdbd(self):
+        # slurmdbd has no option naming its config: it reads slurmdbd.conf next
+        # to $SLURM_CONF, so that variable (in /proc/PID/environ) is its identity.
+        # StorageHost=localhost makes the MySQL client library use a unix
+        # socket, the one MYSQL_UNIX_PORT names.
+        return Daemon(self, "slurmdbd", "slurmdbd", ["slurmdbd"],
+                      self.dbd_dir / "slurmdbd.pid", "SLURM_CONF=%s" % self.slurm_conf,
+                      self.dbd_dir / "slurmdbd.log", uts_hostname=self.dbd_addr,
+                      env={"SLURM_CONF": str(self.slurm_conf),
+                           "MYSQL_UNIX_PORT": str(self.mariadb_socket)})
+
+    def accounting_daemons(self):
+        return [self.mariadbd(), self.slurmdbd()] if self.accounting else []
+
     def daemons(self):
-        return [self.munged(), self.slurmctld()] + [self.slurmd(n) for n in self.nodes] + [self.sshd()]
+        return ([self.munged()] + self.accounting_daemons() + [self.slurmctld()]
+                + [self.slurmd(n) for n in self.nodes] + [self.sshd()])
 
     # ---- config files ----------------------------------------------------
     def render_slurm_conf(self):
@@ -296,11 +356,28 @@ class Cluster:
             "MpiDefault=none",
             "PropagateResourceLimits=NONE",
             "ReturnToService=2",
-            # No slurmdbd: keep finished jobs visible to squeue/scontrol for an hour.
+            # Keep finished jobs visible to squeue/scontrol for an hour: the
+            # only record of them on clusters without slurmdbd, and the same
+            # view on all three.
             "MinJobAge=3600",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
         ]
+        if self.accounting:
+            lines += [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=%s" % self.dbd_addr,
+                "AccountingStoragePort=%d" % self.dbd_port,
+                # The munge socket for talking to slurmdbd (AuthInfo does not
+                # apply to that connection; without this: /run/munge's default).
+                "AccountingStoragePass=%s" % self.munge_socket,
+                # Per-job CPU/memory samples from /proc (works in our UTS
+                # namespaces; linuxproc tracks the processes).
+                "JobAcctGatherType=jobacct_gather/linux",
+            ]
+        else:
+            lines += [
+                "AccountingStorageType=accounting_storage/none",
+                "JobAcctGatherType=jobacct_gather/none",
+            ]
         if s["preempt"]:
             lines += ["PreemptType=%s" % s["preempt"][0], "PreemptMode=%s" % s["preempt"][1]]
         sched = ["bf_interval=5"]
@@ -332,6 +409,33 @@ class Cluster:
             lines.append("PartitionName=%s Nodes=%s Default=%s MaxTime=%s PriorityTier=%d State=UP"
                          % (part, self.nodelist, "YES" if default else "NO", maxtime, tier))
         return "\n".join(lines) + "\n"
+
+    def render_slurmdbd_conf(self, storage_pass):
+        """slurmdbd.conf (mode 0600: slurmdbd refuses a readable one; it holds
+        the database password)."""
+        return "\n".join([
+            "# Generated by devcluster/devcluster.py -- do not edit; rewritten by 'up'.",
+            "AuthType=auth/munge",
+            "AuthInfo=socket=%s" % self.munge_socket,
+            # slurmdbd insists on running where DbdHost names: it runs in a UTS
+            # namespace whose hostname is its address, as slurmctld does.
+            "DbdHost=%s" % self.dbd_addr,
+            "DbdAddr=%s" % self.dbd_addr,
+            "DbdPort=%d" % self.dbd_port,
+            # Bind to what the hostname resolves to (127.0.k.3), not INADDR_ANY.
+            "CommunicationParameters=NoInAddrAny",
+            "SlurmUser=root",
+            "DebugLevel=info",
+            "LogFile=%s" % (self.dbd_dir / "slurmdbd.log"),
+            "PidFile=%s" % (self.dbd_dir / "slurmdbd.pid"),
+            "StorageType=accounting_storage/mysql",
+            # localhost = the unix socket named by MYSQL_UNIX_PORT (see slurmdbd()).
+            "StorageHost=localhost",
+            "StorageUser=%s" % DB_USER,
+            "StoragePass=%s" % storage_pass,
+            "StorageLoc=%s" % DB_NAME,
+            "",
+        ])
 
     def render_gres_conf(self):
         dev = "%s/%s[0-%d]" % (self.dev_dir, self.spec["devname"], self.gres_count - 1)
@@ -409,6 +513,7 @@ class Cluster:
             "max_switch_wait_s": self.spec["max_switch_wait"],
             "preempt": ({"type": self.spec["preempt"][0], "mode": self.spec["preempt"][1]}
                         if self.spec["preempt"] else None),
+            "accounting": self.describe_accounting(),
             "topology": {"leaves": {leaf: hostlist(self.spec["prefix"], nums)
                                     for leaf, nums in self.spec["leaves"]},
                          "spine": self.spec["spine"]},
@@ -425,6 +530,19 @@ class Cluster:
                                 "log": str(self.slurmd_dir / ("slurmd.%s.log" % node)),
                                 "pid_file": str(self.slurmd_dir / ("slurmd.%s.pid" % node))}
         return d
+
+    def describe_accounting(self):
+        if not self.accounting:
+            return None
+        dbd, db = self.slurmdbd(), self.mariadbd()
+        return {
+            "storage": "slurmdbd",
+            "slurmdbd": {"addr": self.dbd_addr, "port": self.dbd_port, "conf": str(self.slurmdbd_conf),
+                         "pid_file": str(dbd.pidfile), "log": str(dbd.log), "pid": dbd.pid()},
+            "mariadb": {"socket": str(self.mariadb_socket), "datadir": str(self.mariadb_data),
+                        "database": DB_NAME, "pid_file": str(db.pidfile), "log": str(db.log),
+                        "pid": db.pid()},
+        }
 
 
 # --------------------------------------------------------------------------
@@ -452,6 +570,13 @@ def proc_cmdline(pid):
         return ""
 
 
+def proc_environ(pid):
+    try:
+        return Path("/proc/%d/environ" % pid).read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -476,7 +601,15 @@ def tail(path, n=25):
 
 
 class Daemon:
-    def __init__(self, cluster, label, comm, argv, pidfile, ident, log, node=None, uts_hostname=None):
+    """One daemon process: how to start it and how to recognise it.
+
+    ident is a string its command line contains (our config path), or, for a
+    daemon started with env, one NAME=VALUE entry of its environment.
+    foreground: the program does not fork into the background itself (it is
+    detached here, and writes its pid file itself)."""
+
+    def __init__(self, cluster, label, comm, argv, pidfile, ident, log, node=None, uts_hostname=None,
+                 env=None, foreground=False):
         self.cluster = cluster
         self.label = label
         self.comm = comm
@@ -491,6 +624,8 @@ class Daemon:
         self.ident = ident
         self.log = Path(log)
         self.node = node
+        self.env = env or {}
+        self.foreground = foreground
         self.out = cluster.out_dir / ("%s.out" % label.replace(" ", "."))
 
     def is_ours(self, pid):
@@ -501,7 +636,10 @@ class Daemon:
         if comm is None or comm != self.comm[:15]:
             return False
         cmd = proc_cmdline(pid)
-        if self.ident not in cmd:
+        if self.env:
+            if self.ident.encode() not in proc_environ(pid):
+                return False
+        elif self.ident not in cmd:
             return False
         if self.node and ("-N %s" % self.node) not in cmd:
             return False
@@ -520,6 +658,9 @@ class Daemon:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.pop("SLURM_CONF", None)
+        env.update(self.env)
+        if self.foreground:
+            return self._start_foreground(env, timeout)
         with open(self.out, "w") as out:
             try:
                 proc = subprocess.run(self.argv, stdin=subprocess.DEVNULL, stdout=out,
@@ -541,6 +682,25 @@ class Daemon:
         raise DevClusterError("%s: %s started but no live process in %s after %ds\n%s\n  log %s:\n%s"
                               % (self.cluster.name, self.label, self.pidfile, timeout,
                                  tail(self.out), self.log, tail(self.log)))
+
+    def _start_foreground(self, env, timeout):
+        with open(self.out, "w") as out:
+            # Its own session: it outlives this command and no terminal signal reaches it.
+            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.pid()
+            if pid:
+                return pid, True
+            if proc.poll() is not None:
+                raise DevClusterError("%s: %s exited %d: %s\n%s\n  log %s:\n%s" % (
+                    self.cluster.name, self.label, proc.returncode, " ".join(self.argv),
+                    tail(self.out), self.log, tail(self.log)))
+            time.sleep(0.1)
+        raise DevClusterError("%s: %s (pid %d) wrote no pid file %s after %ds\n  log %s:\n%s"
+                              % (self.cluster.name, self.label, proc.pid, self.pidfile, timeout,
+                                 self.log, tail(self.log)))
 
     def stop(self, timeout=20.0):
         """Stop the recorded process if it is ours; returns its pid or None."""
@@ -598,11 +758,19 @@ def write_if_changed(path, text, mode=0o644):
     return True
 
 
-def need_programs():
-    missing = [p for p in ("unshare", "nsenter", "slurmctld", "slurmd", "munged", "mungekey", "scontrol", "sinfo",
-                           "ssh-keygen", "ssh") if shutil.which(p) is None]
+ACCOUNTING_PROGRAMS = ("slurmdbd", "sacctmgr", "sacct", "mariadb-install-db", "mariadb")
+
+
+def need_programs(clusters=()):
+    wanted = ["unshare", "nsenter", "slurmctld", "slurmd", "munged", "mungekey", "scontrol", "sinfo",
+              "ssh-keygen", "ssh"]
+    if any(c.accounting for c in clusters):
+        wanted += ACCOUNTING_PROGRAMS
+    missing = [p for p in wanted if shutil.which(p) is None]
     if not os.path.exists(SSHD):
         missing.append(SSHD)
+    if any(c.accounting for c in clusters) and not os.path.exists(MARIADBD):
+        missing.append(MARIADBD)
     if missing:
         raise DevClusterError("missing programs: %s (run: make install-system)" % " ".join(missing))
     if os.geteuid() != 0:
@@ -663,7 +831,7 @@ def prepare_common():
 def prepare_cluster(c):
     """Create directories, keys and config files.
 
-    Returns (slurm configs changed, sshd must be restarted)."""
+    Returns (slurm configs changed, sshd must be restarted, slurmdbd.conf changed)."""
     check_path_lengths(c)
     for d in (c.etc, c.ctld_dir / "state", c.slurmd_dir, c.dev_dir, c.out_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -693,7 +861,21 @@ def prepare_cluster(c):
         say("%s: generated login host key" % c.name)
     write_if_changed(c.authorized_keys, Path(str(CLIENT_KEY) + ".pub").read_text(), 0o600)
     sshd_changed = write_if_changed(c.sshd_config, c.render_sshd_config(), 0o600)
-    return changed, sshd_changed or restored
+    dbd_changed = prepare_accounting(c) if c.accounting else False
+    return changed, sshd_changed or restored, dbd_changed
+
+
+def prepare_accounting(c):
+    """Directories, the database password and slurmdbd.conf; True if that changed."""
+    c.dbd_dir.mkdir(exist_ok=True)
+    c.mariadb_dir.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(c.mariadb_dir, 0o700)
+    if not c.storage_pass_file.exists():
+        write_if_changed(c.storage_pass_file, secrets.token_hex(16) + "\n", 0o600)
+    storage_pass = c.storage_pass_file.read_text().strip()
+    changed = write_if_changed(c.slurmdbd_conf, c.render_slurmdbd_conf(storage_pass), 0o600)
+    os.chmod(c.slurmdbd_conf, 0o600)  # slurmdbd refuses to start on anything wider
+    return changed
 
 
 def make_fake_device(path):
@@ -930,7 +1112,8 @@ def check_listeners(clusters):
                 ours[pid] = "%s/%s" % (c.name, d.label)
     bad, good = [], 0
     for proto, addr, port, pid, comm in listeners():
-        if pid in ours or comm in ("slurmctld", "slurmd", "slurmstepd", "srun", "munged"):
+        if pid in ours or comm in ("slurmctld", "slurmd", "slurmstepd", "srun", "munged", "slurmdbd",
+                                   "mariadbd"):
             a = addr.strip("[]").split("%")[0]
             if a.startswith("127."):
                 good += 1
@@ -938,7 +1121,7 @@ def check_listeners(clusters):
                 bad.append("%s %s:%s %s" % (proto, addr, port, ours.get(pid, comm)))
     if bad:
         raise DevClusterError("daemons listening outside loopback: " + "; ".join(bad))
-    say("listeners: %d sockets (slurmctld, slurmd, srun, sshd), all on 127.0.0.0/8" % good)
+    say("listeners: %d sockets (slurmctld, slurmd, slurmdbd, srun, sshd), all on 127.0.0.0/8" % good)
 
 
 # --------------------------------------------------------------------------
@@ -975,6 +1158,79 @@ def up_munge(c):
 def up_ctld(c):
     start_daemon(c.slurmctld())
     wait_ctld(c)
+
+
+def mariadb_sql(c, sql, timeout=30):
+    """Run SQL as MariaDB's root (socket authentication: we are root) on the
+    cluster's private server; the SQL goes on stdin, never into argv."""
+    return subprocess.run(["mariadb", "--no-defaults", "--socket=%s" % c.mariadb_socket, "-N", "-B"],
+                          input=sql, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout)
+
+
+def up_accounting(c, dbd_conf_changed=False):
+    """MariaDB, then slurmdbd, then the cluster registered in it: all before
+    slurmctld starts, which registers with slurmdbd at once (and, started
+    with no state files, exits when the database cannot give it the TRES list)."""
+    if not c.accounting:
+        return
+    db = c.mariadbd()
+    marker = c.mariadb_dir / "initialised"
+    if not db.pid() and not marker.exists():
+        # First start, or an initialisation cut short: begin from an empty datadir.
+        if c.mariadb_data.exists():
+            shutil.rmtree(str(c.mariadb_data))
+        t0 = time.monotonic()
+        run(["mariadb-install-db", "--no-defaults", "--user=root", "--datadir=%s" % c.mariadb_data,
+             "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180)
+        marker.write_text("mariadb-install-db done\n")
+        say("%s: initialised MariaDB in %s (%.1fs)" % (c.name, c.mariadb_data, time.monotonic() - t0))
+    db_started = start_daemon(db)
+    deadline = time.monotonic() + 30
+    while True:
+        p = mariadb_sql(c, "SELECT 1;")
+        if p.returncode == 0:
+            break
+        if time.monotonic() > deadline or not db.pid():
+            raise DevClusterError("%s: MariaDB not answering on %s: %s\n  log %s:\n%s" % (
+                c.name, c.mariadb_socket, p.stderr.strip(), db.log, tail(db.log)))
+        time.sleep(0.2)
+    dbd = c.slurmdbd()
+    if dbd_conf_changed and dbd.pid():
+        say("%s: slurmdbd.conf changed, restarting slurmdbd" % c.name)
+        dbd.stop()
+    if db_started or not dbd.pid():
+        # The account slurmdbd logs in with; idempotent, and it re-applies the
+        # password should slurm.pass have been replaced.
+        password = c.storage_pass_file.read_text().strip()
+        sql = ("CREATE USER IF NOT EXISTS '{u}'@'localhost' IDENTIFIED BY '{p}';\n"
+               "ALTER USER '{u}'@'localhost' IDENTIFIED BY '{p}';\n"
+               "GRANT ALL ON `{d}`.* TO '{u}'@'localhost';\n").format(u=DB_USER, p=password, d=DB_NAME)
+        p = mariadb_sql(c, sql)
+        if p.returncode != 0:
+            raise DevClusterError("%s: creating the MariaDB user for slurmdbd failed: %s"
+                                  % (c.name, p.stderr.strip()))
+    start_daemon(dbd)
+    wait_port(c.dbd_addr, c.dbd_port, "%s slurmdbd" % c.name, timeout=30)
+    register_cluster(c)
+
+
+def register_cluster(c, timeout=30.0):
+    """sacctmgr add cluster, once; slurmdbd may take a moment to answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        p = run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=c.env(),
+                check=False, timeout=30)
+        if p.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise DevClusterError("%s: sacctmgr cannot reach slurmdbd on %s:%d: %s\n  log %s:\n%s" % (
+                c.name, c.dbd_addr, c.dbd_port, (p.stdout + p.stderr).strip(), c.slurmdbd().log,
+                tail(c.slurmdbd().log)))
+        time.sleep(0.3)
+    if c.name not in p.stdout.split():
+        run(["sacctmgr", "-i", "add", "cluster", c.name], env=c.env(), timeout=30)
+        say("%s: registered cluster in slurmdbd" % c.name)
 
 
 def up_slurmds(c):
@@ -1041,16 +1297,16 @@ def wait_port(host, port, what, timeout=15.0):
 
 
 def cmd_up(names):
-    need_programs()
     t0 = time.monotonic()
     clusters = [Cluster(n) for n in names]
+    need_programs(clusters)
     prepare_common()
     changed = {}
     for c in clusters:
         changed[c.name] = prepare_cluster(c)
     write_known_hosts([Cluster(n) for n in SPECS])
     for c in clusters:
-        conf_changed, sshd_changed = changed[c.name]
+        conf_changed, sshd_changed, dbd_changed = changed[c.name]
         if conf_changed:
             running = [d for d in [c.slurmctld()] + [c.slurmd(n) for n in c.nodes] if d.pid()]
             if running:
@@ -1061,6 +1317,7 @@ def cmd_up(names):
             c.sshd().stop()
             say("%s: sshd config or host key changed, restarting sshd" % c.name)
         up_munge(c)
+        up_accounting(c, dbd_changed)
         up_ctld(c)
         up_slurmds(c)
         up_sshd(c)
@@ -1087,7 +1344,10 @@ def cmd_down(names):
                 while time.monotonic() < deadline and live_job_ids(c):
                     time.sleep(0.5)
     for c in clusters:
-        for d in [c.sshd()] + [c.slurmd(n) for n in c.nodes] + [c.slurmctld(), c.munged()]:
+        # slurmdbd after slurmctld (which flushes its last records to it),
+        # MariaDB after slurmdbd.
+        for d in ([c.sshd()] + [c.slurmd(n) for n in c.nodes] + [c.slurmctld()]
+                  + list(reversed(c.accounting_daemons())) + [c.munged()]):
             pid = d.stop()
             if pid:
                 say("%s: %-11s stopped (pid %d)" % (c.name, d.label, pid))
@@ -1127,8 +1387,9 @@ def cmd_one(action, name):
         pid = c.slurmctld().stop()
         say("%s: slurmctld %s" % (name, "stopped (pid %d)" % pid if pid else "was not running"))
     elif action == "up-ctld":
-        need_programs()
+        need_programs([c])
         up_munge(c)
+        up_accounting(c)
         up_ctld(c)
         wait_idle([c])
     elif action == "down-sshd":

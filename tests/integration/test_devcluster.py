@@ -1,10 +1,12 @@
 """The local dev clusters themselves: nodes, partitions, gres, topology, srun
 across nodes, login-node sshd with strict host key checking, loopback-only
-listeners, the switch-wait cap, preemption on beta, and `devcluster.py up`
-leaving others' drained nodes alone.  Needs ``make cluster-up``.  Jobs are
-short (``--time=2``)."""
+listeners, the switch-wait cap, accounting (slurmdbd on alpha, none on beta),
+preemption on beta, and `devcluster.py up` leaving others' drained nodes
+alone.  Needs ``make cluster-up``.  Jobs are short (``--time=2``)."""
 
+import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ EXPECTED = {
 # Healthy: idle, or busy with somebody's job (the clusters are shared by
 # concurrently running test sessions); never down/drained/not responding.
 HEALTHY = {"idle", "mixed", "allocated", "completing"}
-OUR_PROGRAMS = {"slurmctld", "slurmd", "slurmstepd", "srun", "munged"}
+OUR_PROGRAMS = {"slurmctld", "slurmd", "slurmstepd", "srun", "munged", "slurmdbd", "mariadbd"}
 
 
 def scontrol_records(dc, cluster, what):
@@ -97,7 +99,7 @@ def test_gamma_npu_gres_job_is_allocated_and_runs(devcluster, tmp_path):
     detail = devcluster.job_info("gamma", job, details=True)
     if detail["JobState"] == "RUNNING":
         assert "GRES=npu:ascend910b:8(IDX:0-7)" in detail["_raw"]
-    assert detail["TresPerNode"] == "gres:npu:8"
+    assert detail["TresPerNode"] in ("gres:npu:8", "gres/npu:8")  # 22.05 / 24.11 spelling
     info = devcluster.wait_job_state("gamma", job, "COMPLETED", timeout=30)
     assert info["ExitCode"] == "0:0"
     assert Path(out).read_text().split() == ["npu-ok", info["NodeList"]]
@@ -191,6 +193,10 @@ def test_nothing_listens_outside_loopback(devcluster, tmp_path):
         assert (c.raw["ctld"]["addr"], c.raw["ctld"]["port"]) in bound
         for node in c.raw["nodes"].values():
             assert (node["addr"], node["port"]) in bound
+    # alpha's slurmdbd on its own loopback address; its MariaDB has no TCP listener.
+    dbd = devcluster["alpha"].raw["accounting"]["slurmdbd"]
+    assert (dbd["addr"], dbd["port"]) in bound
+    assert not [s for s in ours if s[3] == "mariadbd"]
     logins = [(c.login_host, c.login_port) in bound for c in devcluster.clusters.values()]
     assert sum(logins) >= 2, "login sshds listening: %s" % logins  # one may be under test elsewhere
     # srun inside a job listens on 127.0.0.1 within SrunPortRange.
@@ -215,6 +221,49 @@ def test_slurm_caps_the_switch_wait(devcluster, name, effective):
     sched = [line for line in devcluster.slurm(name, "scontrol", "show", "config").stdout.splitlines()
              if line.startswith("SchedulerParameters")]
     assert ("max_switch_wait=120" in sched[0]) == (name != "gamma"), sched
+
+
+# ------------------------------------------------------------------ accounting
+
+def sacct_row(devcluster, cluster, job, timeout=30):
+    """(State, ExitCode) of the job's allocation in sacct, once slurmctld has
+    sent its end to slurmdbd (asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = devcluster.slurm(cluster, "sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State,ExitCode")
+        rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
+        if rows and rows[0][1] not in ("PENDING", "RUNNING", "COMPLETING"):
+            assert rows[0][0] == job
+            return rows[0][1], rows[0][2]
+        assert time.monotonic() < deadline, "sacct -j %s on %s: %r" % (job, cluster, out.stdout)
+        time.sleep(0.5)
+
+
+def test_alpha_jobs_are_accounted_by_slurmdbd(devcluster, tmp_path):
+    acct = devcluster["alpha"].raw["accounting"]
+    assert acct["storage"] == "slurmdbd"
+    # slurmdbd refuses a config others can read; it holds the database password.
+    assert stat.S_IMODE(os.stat(acct["slurmdbd"]["conf"]).st_mode) == 0o600
+    for what, comm in (("slurmdbd", "slurmdbd"), ("mariadb", "mariadbd")):
+        assert Path("/proc/%d/comm" % acct[what]["pid"]).read_text().strip() == comm
+    ok = devcluster.sbatch("alpha", "--time=2", "-o", tmp_path / "ok.out", "--wrap", "srun true", cwd=tmp_path)
+    bad = devcluster.sbatch("alpha", "--time=2", "-o", tmp_path / "bad.out", "--wrap", "exit 3", cwd=tmp_path)
+    devcluster.wait_job_state("alpha", ok, "COMPLETED", timeout=40)
+    with pytest.raises(AssertionError, match="ended FAILED"):
+        devcluster.wait_job_state("alpha", bad, "COMPLETED", timeout=40)
+    assert sacct_row(devcluster, "alpha", ok) == ("COMPLETED", "0:0")
+    assert sacct_row(devcluster, "alpha", bad) == ("FAILED", "3:0")
+    # The cluster is registered, with root's association (its default account).
+    assocs = devcluster.slurm("alpha", "sacctmgr", "-n", "-P", "list", "assoc", "user=root",
+                              "format=cluster,account,user").stdout.split()
+    assert "alpha|root|root" in assocs
+
+
+def test_beta_has_no_accounting(devcluster, tmp_path):
+    assert devcluster["beta"].raw["accounting"] is None
+    proc = devcluster.slurm("beta", "sacct", "-n", "-j", "1", check=False)
+    assert proc.returncode != 0
+    assert "Slurm accounting storage is disabled" in proc.stdout + proc.stderr
 
 
 # ------------------------------------------------------------------ preemption
