@@ -113,8 +113,47 @@ def show_partition(name: Optional[str] = None) -> List[str]:
     return ["scontrol", "--oneliner", "show", "partition"] + ([name] if name else [])
 
 
-def show_nodes() -> List[str]:
-    return ["scontrol", "--oneliner", "--details", "show", "node"]
+def show_nodes(names: Optional[Iterable[str]] = None) -> List[str]:
+    """Every node (or only ``names``, joined as one hostlist: still one RPC), one line each."""
+    argv = ["scontrol", "--oneliner", "--details", "show", "node"]
+    names = list(names or ())
+    if names:
+        argv.append(",".join(names))
+    return argv
+
+
+def _joined(what: str, items: Iterable[str]) -> str:
+    items = [str(i) for i in items]
+    if not items:
+        # "scontrol update NodeName= ..." or "scontrol hold" without ids would
+        # fail with a confusing message, or worse, apply to a default set.
+        raise ValueError("no %s given" % what)
+    return ",".join(items)
+
+
+def update_nodes(names: Iterable[str], state: str, reason: Optional[str] = None) -> List[str]:
+    """Set nodes' state (``DRAIN``, ``DOWN``, ``RESUME``) in one ``scontrol update``.
+
+    ``Reason=`` is one argument, so a reason with spaces needs no quoting;
+    Slurm requires one for DRAIN and DOWN.
+    """
+    argv = ["scontrol", "update", "NodeName=" + _joined("node names", names), "State=" + state]
+    if reason is not None:
+        argv.append("Reason=" + reason)
+    return argv
+
+
+def requeue(job_ids: Iterable[str]) -> List[str]:
+    """Put jobs back in the queue (scontrol takes a comma list: one process for all)."""
+    return ["scontrol", "requeue", _joined("job ids", job_ids)]
+
+
+def hold(job_ids: Iterable[str]) -> List[str]:
+    return ["scontrol", "hold", _joined("job ids", job_ids)]
+
+
+def release(job_ids: Iterable[str]) -> List[str]:
+    return ["scontrol", "release", _joined("job ids", job_ids)]
 
 
 def show_config() -> List[str]:

@@ -239,8 +239,25 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
             partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
             gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
             cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
-            reason=kv.get("Reason", "")))
+            **_node_reason(kv.get("Reason", ""))))
     return nodes
+
+
+_NODE_REASON_RE = re.compile(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\[\]]*)@(?P<time>[^\[\]]+)\]$")
+
+
+def _node_reason(text: str) -> Dict[str, object]:
+    """``Reason=bad gpu [root@2026-11-30T15:07:30]`` -> reason, reason_user, reason_time.
+
+    scontrol appends who set the reason and when; the health sweep needs
+    both apart (a drain is resumed only by whoever set it).  A reason
+    without that suffix is kept whole.
+    """
+    m = _NODE_REASON_RE.match(text.strip())
+    if not m:
+        return {"reason": text.strip(), "reason_user": "", "reason_time": None}
+    return {"reason": m.group("reason"), "reason_user": m.group("user"),
+            "reason_time": _slurm_datetime(m.group("time"))}
 
 
 _CONFIG_LINE_RE = re.compile(r"^(?P<key>[A-Za-z][\w/()-]*)\s+= ?(?P<value>.*)$")

@@ -77,7 +77,9 @@ class NodeInfo:
     gres_used: Dict[str, int] = field(default_factory=dict)
     cpus: int = 0
     cpus_alloc: int = 0
-    reason: str = ""
+    reason: str = ""                         # why it is drained or down, without the [user@time] suffix
+    reason_user: str = ""                    # who set the reason (health: never touch someone else's drain)
+    reason_time: Optional[datetime] = None   # when it was set
 
     def free(self, gres_prefix: str = "gpu") -> int:
         total = sum(v for k, v in self.gres.items() if k.split(":")[0] == gres_prefix)
