@@ -7,7 +7,7 @@ directory: only the known_hosts file the site names vouches for host keys.
 
 Expected shapes come from devcluster/README.md (and are cross-checked with
 .devcluster/clusters.json): alpha an[1-4] gpu:h100:8 (partitions gpu, cpu),
-beta bn[1-3] gpu:a100:4 (gpu), gamma gn[1-2] npu:ascend910b:8 (npu).
+beta bn[1-3] gpu:a100:4 (gpu, and urgent, which preempts gpu), gamma gn[1-2] npu:ascend910b:8 (npu).
 
 Other suites use these clusters at the same time: idle counts are only
 checked to be within their totals.  Disruptive steps (sshd or slurmctld
@@ -35,7 +35,7 @@ LOCAL_SITE = REPO / "site_configs" / "local.yaml"
 
 EXPECTED = {
     "alpha": {"partitions": {"gpu", "cpu"}, "nodes": 4, "accelerators": {"gpu:h100": 32}},
-    "beta": {"partitions": {"gpu"}, "nodes": 3, "accelerators": {"gpu:a100": 12}},
+    "beta": {"partitions": {"gpu", "urgent"}, "nodes": 3, "accelerators": {"gpu:a100": 12}},
     "gamma": {"partitions": {"npu"}, "nodes": 2, "accelerators": {"npu:ascend910b": 16}},
 }
 
