@@ -471,6 +471,7 @@ def _build_site(value, path):
         clusters={name: _build_cluster(name, cluster) for name, cluster in value["clusters"].items()},
         defaults=Defaults(**{key: defaults[key] for key in schema.DEFAULTS["keys"] if key in defaults}),
         max_switch_wait=value["topology"]["max_switch_wait"],
+        rendezvous_ports=schema.parse_port_range(value["rendezvous"]["ports"]),
         modules=tuple(value["modules"]),
         setup=tuple(value["setup"]),
         template_dirs=tuple(value["template_dirs"]),

@@ -95,6 +95,10 @@ class Site(NamedTuple):
     clusters: Dict[str, Cluster]
     defaults: Defaults = Defaults()
     max_switch_wait: str = "00:10:00"    # how long a heavy job may wait for fewer switches
+    # MASTER_PORT / torchrun rendezvous ports (low, high): each job takes low + job id mod the size, on its
+    # first node.  torchrun's own default port starts it; it ends below Linux's ephemeral ports
+    # (32768-60999), which outgoing connections take at random.
+    rendezvous_ports: Tuple[int, int] = (29500, 29999)
     modules: Tuple[str, ...] = ()        # `module load` lines emitted in the script
     setup: Tuple[str, ...] = ()          # verbatim setup lines (site-admin trusted)
     template_dirs: Tuple[str, ...] = ()  # searched before the built-in templates
@@ -157,4 +161,5 @@ def site_from_plain(data: dict) -> Site:
 
     return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),
-                       setup=tuple(data["setup"]), template_dirs=tuple(data["template_dirs"])))
+                       setup=tuple(data["setup"]), template_dirs=tuple(data["template_dirs"]),
+                       rendezvous_ports=tuple(data.get("rendezvous_ports") or Site._field_defaults["rendezvous_ports"])))

@@ -159,6 +159,29 @@ def check_hours(value):
     return None
 
 
+_PORTS_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+
+
+def parse_port_range(value):
+    """``"29500-29999"`` -> ``(29500, 29999)``; ValueError unless 1024 < LO <= HI <= 65535."""
+    match = _PORTS_RE.match(str(value))
+    if not match:
+        raise ValueError("%r is not a port range; use LOW-HIGH, e.g. \"29500-29999\"" % (value,))
+    low, high = int(match.group(1)), int(match.group(2))
+    if not 1024 < low <= high <= 65535:
+        raise ValueError("%r: ports must be above 1024 (unprivileged), at most 65535, the low one first"
+                         % (value,))
+    return low, high
+
+
+def check_port_range(value):
+    try:
+        parse_port_range(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _hour_ranges(hours):
     """[0, 1, 2, 7] -> "00-03, 07-08": compact text for messages."""
     spans, hours = [], sorted(set(hours))
@@ -434,6 +457,16 @@ SITE = {
             "keys": {
                 "max_switch_wait": {"type": "time", "default": "00:10:00",
                                     "doc": "how long a multi-node job may wait for fewer leaf switches"},
+            },
+        },
+        "rendezvous": {
+            "type": "mapping",
+            "doc": "where multi-node jobs meet (MASTER_ADDR/MASTER_PORT, torchrun's rendezvous)",
+            "default": {},
+            "keys": {
+                "ports": {"type": "str", "default": "29500-29999", "checker": check_port_range,
+                          "doc": "port range LOW-HIGH; each job takes LOW + job id mod the range size on its "
+                                 "first node"},
             },
         },
         "modules": {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "default": [],
