@@ -9,7 +9,7 @@ import importlib
 
 import click
 
-from slurmkit.cli.options import CONTEXT
+from slurmkit.cli.options import CONTEXT, root_site_option
 
 # name -> "module:attribute"
 COMMANDS = {
@@ -46,6 +46,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings=CONTEXT)
 @click.version_option(package_name="slurmkit", message="slurmkit %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@root_site_option
 def cli(debug):
     """Topology-aware Slurm job submission for GPU sites.
 

@@ -24,9 +24,39 @@ def _complete_sites(ctx, param, incomplete):
     return [name for name in sorted(list_sites()) if name.startswith(incomplete)]
 
 
+# Where the group's own --site (``slurmkit --site x render ...``) is kept for the subcommand.
+ROOT_SITE = "slurmkit.root_site"
+
+
+def _site_value(ctx, param, value):
+    """The subcommand's --site; else the one given before the subcommand; else $SLURMKIT_SITE.
+
+    The subcommand's own option is what the user typed last, so it wins; the
+    group's, typed on the command line, wins over the environment variable.
+    """
+    from click.core import ParameterSource
+
+    root = ctx.meta.get(ROOT_SITE)
+    if root and ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+        return root
+    return value
+
+
+def root_site_option(func):
+    """--site on the ``slurmkit`` group itself, handed to whichever subcommand runs."""
+    def remember(ctx, param, value):
+        if value:
+            ctx.meta[ROOT_SITE] = value
+        return value
+
+    return click.option("--site", "site", metavar="NAME|PATH", shell_complete=_complete_sites,
+                        callback=remember, expose_value=False,
+                        help="Site config for the subcommand (same as its own --site).")(func)
+
+
 def site_option(func):
     return click.option("--site", "site", envvar="SLURMKIT_SITE", metavar="NAME|PATH",
-                        shell_complete=_complete_sites,
+                        shell_complete=_complete_sites, callback=_site_value,
                         help="Site config: a name on the site search path or a YAML file "
                              "(default: $SLURMKIT_SITE).")(func)
 
@@ -56,7 +86,11 @@ JOB_OPTIONS = [
                  help="Number of nodes."),
     click.option("--gpus-per-node", type=click.IntRange(min=0), metavar="N",
                  help="Accelerators per node (default: all of the partition's)."),
-    click.option("--cpus-per-task", "-c", type=click.IntRange(min=1), metavar="N", help="CPUs per task."),
+    click.option("--cpus-per-task", "-c", type=click.IntRange(min=1), metavar="N",
+                 help="CPUs per task (torchrun: its one task per node runs all that node's workers)."),
+    click.option("--procs-per-node", type=click.IntRange(min=1), metavar="N",
+                 help="Workers per node (default: one per GPU; one on a partition without GPUs). torchrun "
+                      "starts N workers, srun N tasks; each needs a CPU of its own."),
     click.option("--time", "-t", "time_limit", metavar="TIME", help="Time limit, e.g. 12:00:00 (default: the site's)."),
     click.option("--comm", type=click.Choice(["heavy", "light"]), default="light", show_default=True,
                  help="heavy: bandwidth-hungry, keep the job under as few leaf switches as possible."),
@@ -68,7 +102,11 @@ JOB_OPTIONS = [
                  help="Export a variable in the job (repeatable)."),
     click.option("--account", "-A", metavar="NAME", help="Account to charge."),
     click.option("--qos", "-q", metavar="NAME", help="Quality of service."),
-    click.option("--output", "-o", metavar="PATTERN", help="Output file pattern (default: slurmkit-%x-%j.out)."),
+    click.option("--output", "-o", metavar="PATTERN",
+                 help="Output file pattern (default: slurmkit-NAME-%j.out, the job name with every "
+                      "character but letters, digits, '.', '_' and '-' made '_')."),
+    click.option("--nodelist", "-w", metavar="NODES",
+                 help="Run on these nodes (a Slurm hostlist such as an[1-2]), e.g. to pin a job to a node."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
     click.option("--token", metavar="TOKEN",
                  help="Idempotency token: if a job with this token exists, it is reported instead of "
@@ -92,7 +130,7 @@ def job_spec_from(kwargs):
         cpus_per_task=kwargs.pop("cpus_per_task"), time=kwargs.pop("time_limit"), comm=kwargs.pop("comm"),
         switches=kwargs.pop("switches"), template=kwargs.pop("template"), name=kwargs.pop("job_name"),
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
-        exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"))
+        exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"), nodelist=kwargs.pop("nodelist"))
 
 
 def pass_session(func):

@@ -5,8 +5,8 @@ requeues, repeated runs); importing and running Jinja2 is most of a
 submission's start-up time.  A rendered script is stored with its token
 replaced by a placeholder, under a key made of everything that shapes it:
 the slurmkit version, the site file, every template file (path, size,
-mtime), the cluster, partition, switch layout and the job spec without its
-token.  On a hit only the token is put back.  The full key is stored in the
+mtime), the cluster, partition, switch layout (with the cluster's cap on the
+switch wait) and the job spec without its token.  On a hit only the token is put back.  The full key is stored in the
 entry and compared, so a file-name collision can never return another job's
 script.  Entries are JSON in the private cache directory.
 """
@@ -76,7 +76,8 @@ def _read(entry, key) -> Optional[RenderedJob]:
             return None
         r = data["rendered"]
         return RenderedJob(script=r["script"], warnings=tuple(r["warnings"]), template=r["template"],
-                           cluster=r["cluster"], partition=r["partition"], switches=r["switches"])
+                           cluster=r["cluster"], partition=r["partition"], switches=r["switches"],
+                           switch_wait=r["switch_wait"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -1,13 +1,15 @@
 """Collective-library environment for a partition's fabric, and its lint.
 
-NVIDIA partitions get NCCL variables, Ascend partitions the HCCL ones.  The
+NVIDIA partitions get NCCL variables, Ascend partitions the HCCL ones, and
+every partition whose fabric names an interface gets ``GLOO_SOCKET_IFNAME``
+(CPU-only DDP, and the gloo groups GPU jobs use for CPU tensors).  The
 values come from the site config; :func:`lint` catches the classic mistakes
 that silently cost bandwidth (a prefix HCA that also matches ``mlx5_10``, an
 exclude-only interface list that lets NCCL bootstrap over ``lo``) and says
 how to fix them.
 """
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from slurmkit.site.model import Fabric, Partition
 
@@ -22,6 +24,19 @@ def nccl_ib_hca(fabric: Fabric) -> str:
     # NCCL reads one leading '=' (exact) for the whole list, not one per entry.
     exact, names = _hca_names(fabric)
     return ("=" if exact else "") + ",".join(names)
+
+
+def gloo_ifname(socket_ifname: Optional[str]) -> Optional[str]:
+    """GLOO_SOCKET_IFNAME for the fabric's ``socket_ifname``, or None when gloo cannot take it.
+
+    NCCL's syntax is richer than gloo's: gloo wants whole interface names (a
+    comma list is several devices), so NCCL's exact-match ``=`` is dropped, and an
+    exclusion list (``^docker0,lo``) names no interface for gloo at all.
+    """
+    if not socket_ifname or socket_ifname.startswith("^"):
+        return None
+    names = [n.strip() for n in socket_ifname.lstrip("=").split(",") if n.strip()]
+    return ",".join(names) or None
 
 
 def collective_env(partition: Partition) -> Dict[str, str]:
@@ -51,6 +66,9 @@ def collective_env(partition: Partition) -> Dict[str, str]:
                 env["HCCL_RDMA_TC"] = str(fabric.roce.traffic_class)
             if fabric.roce.service_level is not None:
                 env["HCCL_RDMA_SL"] = str(fabric.roce.service_level)
+    gloo = gloo_ifname(fabric.socket_ifname)
+    if gloo:
+        env["GLOO_SOCKET_IFNAME"] = gloo
     for key, value in fabric.env.items():
         env[key] = str(value)
     return env
@@ -79,6 +97,10 @@ def lint(partition: Partition, where: str = "") -> List[str]:
         if not any("lo".startswith(p) or p == "lo" for p in excluded if p):
             warnings.append("%sNCCL_SOCKET_IFNAME=%s excludes only %s, so NCCL may bootstrap over the loopback "
                             "interface 'lo'; exclude it too: %s,lo" % (prefix, ifname, ", ".join(excluded), ifname))
+    if ifname.startswith("^") and "GLOO_SOCKET_IFNAME" not in fabric.env:
+        warnings.append("%ssocket_ifname %s only excludes interfaces, which gloo cannot use, so GLOO_SOCKET_IFNAME "
+                        "is not set and gloo takes the address of the host name; name the interface in "
+                        "fabric.env.GLOO_SOCKET_IFNAME" % (prefix, ifname))
     if partition.accelerator == "ascend" and fabric.roce.traffic_class is not None \
             and fabric.roce.traffic_class % 4:
         warnings.append("%sHCCL_RDMA_TC=%d is not a multiple of 4 (it is DSCP*4); use %d"

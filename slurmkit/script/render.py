@@ -36,6 +36,9 @@ def _builtin_templates() -> str:
 
 BUILTIN_TEMPLATES = _builtin_templates()
 COMM_MODES = ("heavy", "light")
+# An interpreter by name or path: python, python3, python3.11, /opt/venv/bin/python.
+_PYTHON_RE = re.compile(r"^python[0-9.]*$")
+_UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -66,6 +69,8 @@ class JobSpec(NamedTuple):
     exclusive: bool = False
     token: Optional[str] = None              # written into --comment for idempotent submission
     switches: Optional[int] = None           # explicit override of the computed leaf count
+    procs_per_node: Optional[int] = None     # workers per node; None: one per GPU (one without GPUs)
+    nodelist: Optional[str] = None           # sbatch --nodelist: nodes the job must run on
 
 
 class RenderedJob(NamedTuple):
@@ -75,6 +80,22 @@ class RenderedJob(NamedTuple):
     cluster: str
     partition: str
     switches: Optional[int]
+    switch_wait: Optional[str] = None        # the wait in --switches=N@WAIT, after the cluster's cap
+
+    def to_dict(self):
+        """Everything but the script, for ``--json`` output."""
+        return {"cluster": self.cluster, "partition": self.partition, "template": self.template,
+                "switches": self.switches, "switch_wait": self.switch_wait, "warnings": list(self.warnings)}
+
+
+class Launch(NamedTuple):
+    """How a command is started by torchrun (see :func:`launcher_command`)."""
+
+    python: Optional[str]                    # the interpreter the command names; None: it names none
+    args: Tuple[str, ...]                    # what follows torchrun's own options
+    runs_python: bool                        # False: torchrun --no-python
+    name: str                                # the default job name
+    problem: Optional[str] = None            # why torchrun cannot start this command, if it cannot
 
 
 def sbatch_quote(value) -> str:
@@ -151,6 +172,8 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
     where = "partition %s on cluster %s" % (partition.name, cluster.name)
     if spec.nodes < 1:
         raise UsageError("--nodes must be at least 1")
+    if spec.procs_per_node is not None and spec.procs_per_node < 1:
+        raise UsageError("--procs-per-node must be at least 1")
     if partition.max_nodes is not None and spec.nodes > partition.max_nodes:
         raise JobDoesNotFitError("the job asks for %d nodes but %s has %d"
                                  % (spec.nodes, where, partition.max_nodes))
@@ -162,6 +185,10 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
     if spec.cpus_per_task is not None and spec.cpus_per_task > partition.cpus_per_node:
         raise JobDoesNotFitError("the job asks for %d CPUs per task but %s has %d CPUs per node"
                                  % (spec.cpus_per_task, where, partition.cpus_per_node))
+    # Every worker needs a CPU of its own, whichever template starts it.
+    if spec.procs_per_node is not None and spec.procs_per_node > partition.cpus_per_node:
+        raise JobDoesNotFitError("the job asks for %d workers per node but %s has %d CPUs per node"
+                                 % (spec.procs_per_node, where, partition.cpus_per_node))
     asked = times.parse_minutes(time)
     limit = times.parse_minutes(partition.max_time) if partition.max_time else None
     if limit is not None and (asked is None or asked > limit):
@@ -174,8 +201,52 @@ def gres_name(partition: Partition) -> str:
     return partition.effective_gres_name or "gpu"
 
 
+def output_file_name(name: str) -> str:
+    """The default output file: the job name made safe for a file name, and the job id.
+
+    Slurm's ``%x`` is the raw job name: ``exp/lr3e-4`` would put the file into a
+    directory ``slurmkit-exp`` that does not exist, and Slurm then fails the job
+    without writing anything anywhere.  Here every character other than letters,
+    digits, ``.``, ``_`` and ``-`` becomes ``_`` (``%`` too, so a name is never read
+    as a pattern), the name is shortened to stay far below file name limits, and
+    ``%j`` keeps two jobs of one name apart.
+    """
+    safe = _UNSAFE_FILE_CHARS_RE.sub("_", name)[:100].strip("_")
+    return "slurmkit-%s-%%j.out" % safe if safe else "slurmkit-%j.out"
+
+
+def slurm_duration(seconds: int) -> str:
+    """Seconds as a Slurm time, ``[D-]HH:MM:SS``."""
+    days, rest = divmod(int(seconds), 86400)
+    text = "%02d:%02d:%02d" % (rest // 3600, rest // 60 % 60, rest % 60)
+    return "%d-%s" % (days, text) if days else text
+
+
+def switch_wait(site: Site, cluster: Cluster, layout=None) -> Tuple[str, Optional[str]]:
+    """(the wait to put in ``--switches=N@WAIT``, a warning or None).
+
+    Slurm shortens a longer wait to the cluster's cap (``max_switch_wait`` in
+    SchedulerParameters, read with the topology; 300 s when not set).  The capped
+    value is rendered, with a warning: then the script, ``--json`` and
+    ``scontrol show job`` all say what Slurm will really do, instead of a wait
+    the job never gets.  Without a known cap the site's value is kept.
+    """
+    asked = site.switch_wait(cluster)
+    cap = getattr(layout, "max_switch_wait", None)
+    if cap is None:
+        return asked, None
+    asked_seconds = times.slurm_time_seconds(asked)  # None: UNLIMITED
+    if asked_seconds is not None and asked_seconds <= cap:
+        return asked, None
+    capped = slurm_duration(cap)
+    return capped, ("cluster %s caps the wait for fewer leaf switches at %s (max_switch_wait=%d in Slurm's "
+                    "SchedulerParameters); the site's max_switch_wait %s is rendered as %s"
+                    % (cluster.name, capped, cap, asked, capped))
+
+
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,
-                     gpus: int, time: str, ntasks_per_node: int, switches: Optional[int]) -> List[str]:
+                     gpus: int, time: str, ntasks_per_node: int, switches: Optional[int],
+                     wait: Optional[str] = None, cpus_per_task: Optional[int] = None) -> List[str]:
     """The ``#SBATCH`` options, already quoted for sbatch's parser."""
     opts: List[Tuple[str, object]] = [
         ("--job-name", name), ("--partition", partition.name), ("--nodes", spec.nodes),
@@ -186,20 +257,23 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
             opts.append(("--gpus-per-node", typed))
         else:  # Ascend and other generic resources are requested as gres
             opts.append(("--gres", "%s:%s" % (gres_name(partition), typed)))
-    if spec.cpus_per_task:
-        opts.append(("--cpus-per-task", spec.cpus_per_task))
+    cpus = cpus_per_task if cpus_per_task is not None else spec.cpus_per_task
+    if cpus:
+        opts.append(("--cpus-per-task", cpus))
     opts.append(("--time", time))
     if switches is not None:
-        opts.append(("--switches", "%d@%s" % (switches, site.switch_wait(cluster))))
+        opts.append(("--switches", "%d@%s" % (switches, wait or site.switch_wait(cluster))))
     account = spec.account or site.defaults.account
     qos = spec.qos or site.defaults.qos
     if account:
         opts.append(("--account", account))
     if qos:
         opts.append(("--qos", qos))
+    if spec.nodelist:
+        opts.append(("--nodelist", spec.nodelist))
     if spec.exclusive:
         opts.append(("--exclusive", None))
-    opts.append(("--output", spec.output or "slurmkit-%x-%j.out"))
+    opts.append(("--output", spec.output or output_file_name(name)))
     if spec.token:
         opts.append(("--comment", "slurmkit:" + spec.token))
     return ["%s=%s" % (k, sbatch_quote(v)) if v is not None else k for k, v in opts]
@@ -214,18 +288,83 @@ def _exports(env: Dict[str, str], source: str) -> List[Trusted]:
     return lines
 
 
-def launcher_command(command: Sequence[str]) -> Tuple[Tuple[str, ...], bool]:
-    """For torchrun: (arguments, runs_python).
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
 
-    torchrun starts Python itself, so ``python train.py`` becomes ``train.py``;
-    anything that is not a Python script is run with ``--no-python``.
+
+def launcher_command(command: Sequence[str]) -> Launch:
+    """How torchrun starts ``command``, and the job's default name.
+
+    A command that names a Python (``python3 train.py``, ``/opt/venv/bin/python
+    -u train.py``, ``python -m pkg.train``) is launched by *that* Python, as
+    ``PYTHON -m torch.distributed.run ... train.py``: the workers then run in the
+    environment the user chose, not in whatever ``torchrun`` is first on PATH.
+    ``-u`` is dropped (torchrun starts every worker with ``-u``); other
+    interpreter options cannot be passed on to the workers, so they are a
+    problem for the torchrun template.  A bare ``train.py`` is started by
+    ``torchrun`` from PATH; any other command with ``--no-python``.
     """
     argv = tuple(command)
-    if argv and re.match(r"^(.*/)?python[0-9.]*$", argv[0]) and len(argv) > 1 and not argv[1].startswith("-"):
-        return argv[1:], True
-    if argv and argv[0].endswith(".py"):
-        return argv, True
-    return argv, False
+    if not argv:
+        return Launch(None, argv, False, "")
+    if _PYTHON_RE.match(os.path.basename(argv[0])):
+        python, rest = argv[0], list(argv[1:])
+        while rest and rest[0] == "-u":
+            rest.pop(0)
+        if len(rest) > 1 and rest[0] == "-m":
+            return Launch(python, tuple(rest), True, rest[1].rsplit(".", 1)[-1])
+        if rest and not rest[0].startswith("-"):
+            return Launch(python, tuple(rest), True, _stem(rest[0]))
+        what = ("%r" % rest[0]) if rest else "no script"
+        return Launch(python, argv, False, os.path.basename(python), problem=(
+            "torchrun starts a Python script or module (python train.py, python -m pkg.train); %s given "
+            "after %s cannot be passed on to its workers: set interpreter options through the environment "
+            "(--env PYTHONOPTIMIZE=1, PYTHONWARNINGS=...) or use template srun" % (what, python)))
+    if argv[0].endswith(".py"):
+        return Launch(None, argv, True, _stem(argv[0]))
+    return Launch(None, argv, False, os.path.basename(argv[0]))
+
+
+class _UserEnv:
+    """What the templates ask about the user's ``--env``, with a warning for each variable it replaces.
+
+    A template calls ``user_sets("MASTER_PORT", "the rendezvous port ...")`` where it
+    would set a variable itself, and skips its own value when the user gave one:
+    the user's ``--env`` wins, and says so.
+    """
+
+    def __init__(self, env: Dict[str, str], template: str):
+        self.env, self.template, self.warnings = env, template, []
+
+    def __call__(self, key: str, what: str = "") -> bool:
+        if key not in self.env:
+            return False
+        warning = "--env %s=%s replaces %s (template %s)" % (key, self.env[key], what or "its value", self.template)
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return True
+
+
+def _check_env_survives(script: str, user_exports: List[Trusted], env: Dict[str, str], template: str) -> None:
+    """Refuse a script that would drop or silently override the user's ``--env``.
+
+    The built-in templates yield to ``--env`` (see :class:`_UserEnv`); a site's own
+    template might export the variables nowhere, or assign one again after the
+    user's export.  Either way ``--env`` would be ignored without a word.
+    """
+    if not env:
+        return
+    block = "\n".join(user_exports) + "\n"
+    at = script.find(block)
+    if at < 0:
+        raise UsageError("template %s does not export the --env variables (%s); it must print "
+                         "{{ user_exports }} like the built-in templates" % (template, ", ".join(env)))
+    rest = script[at + len(block):]
+    for key in env:
+        if re.search(r"(?m)^[ \t]*(?:export[ \t]+|declare[ \t]+(?:-\w+[ \t]+)*|readonly[ \t]+)?%s=" % re.escape(key),
+                     rest):
+            raise UsageError("template %s sets %s itself after your --env %s=..., which would be ignored; "
+                             "leave it out or use a template that does not set it" % (template, key, key))
 
 
 def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
@@ -233,7 +372,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     """Render the script ``submit`` would send.
 
     ``layout`` (a :class:`slurmkit.script.topology.ClusterLayout`) is needed only for
-    ``comm='heavy'`` without an explicit ``spec.switches``.
+    ``comm='heavy'`` without an explicit ``spec.switches``; when given, its
+    ``max_switch_wait`` caps the wait of ``--switches``.
     """
     import jinja2
 
@@ -250,8 +390,13 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     check_fit(spec, partition, cluster, gpus, time)
     if template_name == "single" and spec.nodes != 1:
         raise UsageError("template 'single' runs one process on one node; use --nodes 1 or template 'srun'")
+    if template_name == "single" and (spec.procs_per_node or 1) > 1:
+        raise UsageError("template 'single' runs one process; for --procs-per-node %d use template 'torchrun' "
+                         "or 'srun'" % spec.procs_per_node)
+    warnings = collective.lint(partition, "partition %s" % partition.name)
 
     switches = None
+    wait = None
     if spec.comm == "heavy":
         if spec.switches is not None:
             switches = spec.switches
@@ -262,29 +407,63 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         else:
             raise UsageError("--comm heavy needs the cluster's topology; it could not be read, "
                              "so give the leaf switch count with --switches N")
-    ntasks = 1 if template_name in ("torchrun", "single") else max(gpus, 1)
-    if ntasks * (spec.cpus_per_task or 1) > partition.cpus_per_node:
+        if switches is not None:
+            wait, capped = switch_wait(site, cluster, layout)
+            if capped:
+                warnings.append(capped)
+
+    # Workers per node: one per GPU unless --procs-per-node says otherwise.
+    workers = spec.procs_per_node or max(gpus, 1)
+    if gpus and workers > gpus:
+        warnings.append("%d workers per node share %d %s; NCCL refuses two ranks on one GPU"
+                        % (workers, gpus, gres_name(partition)))
+    task_cpus = spec.cpus_per_task
+    if template_name == "torchrun":
+        # One launcher task per node holds all of that node's workers, so its CPUs are theirs:
+        # with --procs-per-node and no -c, one each (else Slurm may confine N workers to one CPU).
+        ntasks = 1
+        if spec.procs_per_node is not None:
+            if task_cpus is None:
+                task_cpus = workers if workers > 1 else None
+            elif task_cpus < workers:
+                raise UsageError("template torchrun runs its %d workers per node in one task of -c %d CPUs; give "
+                                 "-c %d or more (the CPUs of all workers of a node) or leave -c out"
+                                 % (workers, task_cpus, workers))
+    else:
+        ntasks = 1 if template_name == "single" else workers
+    if ntasks * (task_cpus or 1) > partition.cpus_per_node:
         raise JobDoesNotFitError(
             "template %s starts %d tasks per node x %d CPUs each, but partition %s on cluster %s has %d CPUs per node"
-            % (template_name, ntasks, spec.cpus_per_task or 1, partition.name, cluster.name, partition.cpus_per_node))
-    launch_args, runs_python = launcher_command(spec.command)
+            % (template_name, ntasks, task_cpus or 1, partition.name, cluster.name, partition.cpus_per_node))
+    launch = launcher_command(spec.command)
+    if template_name == "torchrun" and launch.problem:
+        raise UsageError(launch.problem)
     # `python train.py` is job "train", not "python".
-    script_name = os.path.basename(launch_args[0] if runs_python else spec.command[0])
-    name = spec.name or (os.path.splitext(script_name)[0] if runs_python else script_name)
-    warnings = collective.lint(partition, "partition %s" % partition.name)
+    name = spec.name or launch.name
+    fabric_env = collective.collective_env(partition)
+    for key in spec.env:
+        if key in fabric_env and fabric_env[key] != spec.env[key]:
+            warnings.append("--env %s=%s replaces the site's %s=%s for partition %s"
+                            % (key, spec.env[key], key, fabric_env[key], partition.name))
+    user_exports = _exports(spec.env, "--env")
+    user_sets = _UserEnv(spec.env, template_name)
+    lo, hi = site.rendezvous_ports
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
-        "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches,
+        "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches, "switch_wait": wait,
+        "task_cpus": task_cpus,
         "directives": [Trusted(d) for d in build_directives(
             site, cluster, partition, spec, name=name, gpus=gpus, time=time,
-            ntasks_per_node=ntasks, switches=switches)],
+            ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus)],
         "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
-        "fabric_exports": _exports(collective.collective_env(partition), "site config"),
-        "user_exports": _exports(spec.env, "--env"),
+        "fabric_exports": _exports(fabric_env, "site config"),
+        "user_exports": user_exports, "user_sets": user_sets,
         "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
-        "launch_args": Trusted(" ".join(shell_quote(a) for a in launch_args)),
-        "launch_prefix": Trusted("" if runs_python else "--no-python "),
-        "nproc_per_node": max(gpus, 1), "rdzv_port": 29500,
+        "launch": launch,
+        "launch_args": Trusted(" ".join(shell_quote(a) for a in launch.args)),
+        "launch_prefix": Trusted("" if launch.runs_python else "--no-python "),
+        "nproc_per_node": workers,
+        "rdzv_ports": (lo, hi),
     }
     try:
         script = _environment(site).get_template(template_name + TEMPLATE_SUFFIX).render(context)
@@ -292,6 +471,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         raise UsageError("template %r uses an undefined value: %s" % (template_name, exc)) from None
     except jinja2.TemplateSyntaxError as exc:
         raise UsageError("template %s line %s: %s" % (exc.filename or template_name, exc.lineno, exc.message)) from None
+    _check_env_survives(script, user_exports, spec.env, template_name)
+    warnings.extend(user_sets.warnings)
     from slurmkit.slurm.commands import SCRIPT_TRAILER
 
     # Every script ends with the trailer (also from a site's own templates): the
@@ -301,4 +482,5 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     if not script.endswith(SCRIPT_TRAILER + "\n"):
         script += SCRIPT_TRAILER + "\n"
     return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
-                       cluster=cluster.name, partition=partition.name, switches=switches)
+                       cluster=cluster.name, partition=partition.name, switches=switches,
+                       switch_wait=wait)

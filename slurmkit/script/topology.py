@@ -23,21 +23,26 @@ from slurmkit.errors import JobDoesNotFitError
 from slurmkit.slurm.types import NodeInfo, Topology
 
 DEFAULT_TTL = 600.0
+# Slurm's cap on the wait of --switches=N@WAIT when SchedulerParameters has no max_switch_wait.
+SLURM_DEFAULT_MAX_SWITCH_WAIT = 300
 
 
 @dataclass(frozen=True)
 class ClusterLayout:
-    """What placement needs to know: the switches and each partition's nodes."""
+    """What placement needs to know: the switches, each partition's nodes, the switch wait cap."""
 
     topology: Topology
     partition_nodes: Dict[str, str]   # partition -> hostlist expression
+    max_switch_wait: Optional[int] = None  # seconds Slurm lets --switches wait at most; None: unknown
 
     def to_dict(self):
-        return {"topology": self.topology.to_dict(), "partition_nodes": self.partition_nodes}
+        return {"topology": self.topology.to_dict(), "partition_nodes": self.partition_nodes,
+                "max_switch_wait": self.max_switch_wait}
 
     @classmethod
     def from_dict(cls, data):
-        return cls(Topology.from_dict(data["topology"]), dict(data["partition_nodes"]))
+        # A cache entry without the cap (an older slurmkit) is a miss: KeyError, loaded afresh.
+        return cls(Topology.from_dict(data["topology"]), dict(data["partition_nodes"]), data["max_switch_wait"])
 
     def leaves_for(self, partition: str) -> Dict[str, List[str]]:
         """Leaf switch -> the partition's nodes under it (leaves without any omitted)."""
@@ -113,9 +118,30 @@ class TopologyCache:
 
 
 def load_layout(backend) -> ClusterLayout:
-    """Ask Slurm (two RPCs) for the topology and the partitions' node lists."""
+    """Ask Slurm (three RPCs) for the topology, the partitions' node lists and the switch wait cap."""
     partitions = backend.partitions()
-    return ClusterLayout(backend.topology(), {name: kv.get("Nodes", "") for name, kv in partitions.items()})
+    return ClusterLayout(backend.topology(), {name: kv.get("Nodes", "") for name, kv in partitions.items()},
+                         max_switch_wait_of(backend))
+
+
+def max_switch_wait_of(backend) -> Optional[int]:
+    """The cluster's cap on --switches waits (seconds), or None when its configuration cannot be read."""
+    from slurmkit.errors import SlurmkitError
+    from slurmkit.slurm import parsers
+
+    try:
+        config = backend.config()
+    except (SlurmkitError, NotImplementedError):
+        return None  # placement still works; the site's wait is rendered uncapped
+    return parse_max_switch_wait(parsers.scheduler_parameter(config, "max_switch_wait"))
+
+
+def parse_max_switch_wait(value: Optional[str]) -> int:
+    """SchedulerParameters' ``max_switch_wait`` value (seconds) -> the cap; Slurm's 300 when absent or empty."""
+    try:
+        return int(value) if value else SLURM_DEFAULT_MAX_SWITCH_WAIT
+    except ValueError:
+        return SLURM_DEFAULT_MAX_SWITCH_WAIT
 
 
 def draw(layout: ClusterLayout, nodes: Sequence[NodeInfo], gres_name: str = "gpu") -> str:

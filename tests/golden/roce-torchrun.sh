@@ -7,7 +7,7 @@
 #SBATCH --gpus-per-node=a100:8
 #SBATCH --time=02:00:00
 #SBATCH --switches=2@00:15:00
-#SBATCH --output=slurmkit-%x-%j.out
+#SBATCH --output=slurmkit-train-%j.out
 #SBATCH --comment=slurmkit:0123456789abcdef
 
 set -euo pipefail
@@ -27,12 +27,63 @@ export NCCL_IB_QPS_PER_CONNECTION=4
 # Variables given with --env.
 export WANDB_PROJECT='llm run #7'
 
-# One launcher per node; torchrun starts 8 worker(s) on each.
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_ADDR="$head_node"
-export MASTER_PORT=29500
+# The address Slurm reaches each node of the job by (NodeAddr; one scontrol call for them all):
+# every node can reach those, while node names need not resolve.  A node without one: its name.
+export SLURMKIT_NODE_ADDRS=
+while read -r slurmkit_line; do
+    if [[ $slurmkit_line =~ ^NodeName=([^[:space:]]+).*[[:space:]]NodeAddr=([^[:space:]]+) ]]; then
+        SLURMKIT_NODE_ADDRS+="${BASH_REMATCH[1]}=${BASH_REMATCH[2]} "
+    fi
+done < <(scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null)
+slurmkit_node_addr() {
+    local pair
+    for pair in $SLURMKIT_NODE_ADDRS; do
+        if [[ ${pair%%=*} == "$1" ]]; then echo "${pair#*=}"; return; fi
+    done
+    echo "slurmkit: warning: no NodeAddr of node $1 from scontrol; using its name" >&2
+    echo "$1"
+}
+export -f slurmkit_node_addr
+# Rendezvous on the first node, where this script runs.
+MASTER_ADDR=$(slurmkit_node_addr "$SLURMD_NODENAME")
+export MASTER_ADDR
+
+# A port of the job's own, from its id within the site's range 29500-29999: two jobs whose
+# first node is the same machine get different ports.  Skipped while some program listens there.
+slurmkit_ports=500
+for ((slurmkit_try = 0; slurmkit_try < slurmkit_ports; slurmkit_try++)); do
+    MASTER_PORT=$((29500 + (SLURM_JOB_ID + slurmkit_try) % slurmkit_ports))
+    (exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null || break
+done
+export MASTER_PORT
+
+# torchrun as a module of the Python the command names, so the launcher and its workers run in
+# that environment, not in whatever torchrun is first on PATH.  Checked here first: a Python
+# without PyTorch is one line in the output, not a traceback from every node.
+slurmkit_python=python
+if ! slurmkit_error=$("$slurmkit_python" -c 'import torch.distributed.run' 2>&1); then
+    printf 'slurmkit: error: %s cannot run torch.distributed.run (%s); install PyTorch into that environment\n' \
+        "$slurmkit_python" "${slurmkit_error##*$'\n'}" >&2
+    exit 1
+fi
+slurmkit_launcher=("$slurmkit_python" -m torch.distributed.run)
+slurmkit_endpoint="$MASTER_ADDR:$MASTER_PORT"
+[[ $MASTER_ADDR != *:* ]] || slurmkit_endpoint="[$MASTER_ADDR]:$MASTER_PORT"  # an IPv6 address
+
+# On every node (under srun): torchrun with the node's NodeAddr as its own address, which is where
+# the workers find rank 0, and with the first node, and only that one, hosting the rendezvous
+# store.  Said explicitly rather than guessed from addresses: if another program holds the port,
+# this job fails at once instead of joining a stranger's store.
+slurmkit_node_launcher() {
+    PET_LOCAL_ADDR=$(slurmkit_node_addr "$SLURMD_NODENAME")
+    export PET_LOCAL_ADDR PET_RDZV_CONF="is_host=$((SLURM_NODEID == 0))${PET_RDZV_CONF:+,$PET_RDZV_CONF}"
+    exec "$@"
+}
+export -f slurmkit_node_launcher
+# One launcher per node; each starts 8 worker(s).
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
-    torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 \
-    --rdzv-backend=c10d --rdzv-endpoint="$head_node:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" \
+    bash -c 'slurmkit_node_launcher "$@"' torchrun \
+    "${slurmkit_launcher[@]}" --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 \
+    --rdzv-backend=c10d --rdzv-endpoint="$slurmkit_endpoint" --rdzv-id="$SLURM_JOB_ID" \
     train.py --lr 3e-4
 # end of slurmkit job script

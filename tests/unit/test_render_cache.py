@@ -72,3 +72,29 @@ def test_without_a_token_nothing_is_cached(setup):
     go(spec)
     go(spec)
     assert len(calls) == 2
+
+
+def test_the_switch_wait_and_the_clusters_cap_are_part_of_the_key(tmp_path, monkeypatch):
+    from slurmkit.script.topology import ClusterLayout
+    from slurmkit.slurm.types import Switch, Topology
+
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "cache"))
+    site = load_site(str(ROOT / "site_configs" / "example-infiniband.yaml"))
+    cluster = site.cluster()
+    topo = Topology((Switch("leaf0", 0, "n[0-3]", ""),))
+    calls = []
+
+    def go(cap, token):
+        def counting_render(*args, **kw):
+            calls.append(1)
+            return rendering.render(*args, **kw)
+
+        layout = ClusterLayout(topo, {"gpu": "n[0-3]"}, cap)
+        return render_cached(site, cluster, site.partition(cluster), SPEC._replace(comm="heavy", token=token),
+                             layout, counting_render)
+
+    first, again = go(120, "a"), go(120, "b")
+    assert len(calls) == 1 and again.switch_wait == first.switch_wait == "00:02:00"
+    assert again.warnings == first.warnings and "caps the wait" in again.warnings[0]
+    longer = go(3600, "c")   # the cluster's cap changed: rendered again
+    assert len(calls) == 2 and longer.switch_wait == "00:30:00" and "--switches=1@00:30:00" in longer.script

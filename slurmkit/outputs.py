@@ -1,0 +1,29 @@
+"""Whether a job's output file is where Slurm says, and why not.
+
+``wait`` and ``status`` print the output path Slurm reports; when that file
+does not exist the user should hear it, with the likely reason, instead of
+being sent to a path that is not there (a job name with ``/`` in ``%x``
+pointed into a missing directory, and Slurm failed the job without writing
+anything anywhere).  Pure: the caller says how to test a path (locally, or on
+a cluster's login node).
+"""
+
+import os
+from typing import Callable, Optional
+
+
+def output_note(path: Optional[str], state: str = "", exists: Callable[[str], bool] = os.path.exists
+                ) -> Optional[str]:
+    """None when ``path`` exists (or no path is known), else one line saying what is missing and why.
+
+    ``state`` is the job's Slurm state: a job that has not started has no output yet.
+    """
+    if not path or exists(path):
+        return None
+    if state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED") or not state:
+        return "output file %s does not exist yet: the job has not written to it" % path
+    directory = os.path.dirname(path) or "."
+    if not exists(directory):
+        return ("output file %s does not exist: its directory %s does not exist, so Slurm could not create it "
+                "(a job name with '/' in an --output pattern with %%x does this)" % (path, directory))
+    return "output file %s does not exist (removed, or on a file system this machine does not see)" % path
