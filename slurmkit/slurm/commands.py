@@ -92,12 +92,16 @@ def squeue_parsable(job_ids: Optional[Iterable[str]] = None, user: Optional[str]
     return argv
 
 
+# Comment stays last: it is free text and may hold the "|" delimiter.
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "Partition", "NNodes", "NodeList", "Start", "Timelimit",
-                "User", "Reason", "Comment")
+                "User", "Reason", "ExitCode", "Comment")
 
 
 def sacct(job_ids: Iterable[str]) -> List[str]:
-    return ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=" + ",".join(job_ids),
+    """The jobs and their steps: a job cancelled while running reads 0:0 in its
+    own row for a while, where its ``.batch`` step already has the 0:15 the
+    controller reports (see parsers.parse_sacct)."""
+    return ["sacct", "--noheader", "--parsable2", "--jobs=" + ",".join(job_ids),
             "--format=" + ",".join(SACCT_FIELDS)]
 
 

@@ -30,8 +30,11 @@ collections ``MultiClusterMap``; nothing used here changed from there to
   ``state``, ``state_reason``, ``partition``, ``num_nodes``,
   ``allocated_nodes``, ``start_time`` (unix seconds, None when unset),
   ``time_limit`` (minutes, None for NO_VAL *and* INFINITE), ``user_name``,
-  ``comment``, ``exit_code`` (decoded, 0 while running), ``cluster``,
-  ``standard_output``.
+  ``comment``, ``exit_code`` and ``exit_code_signal`` (utils/helpers.pyx
+  ``_get_exit_code``: 0 while running, and 128 taken off an exit status of
+  128 or more, as sacct prints it), ``cluster``, ``standard_output``.  The
+  deprecated ``job`` class still prints the status whole (``"E:S"``), and the
+  deprecated ``slurmdb_jobs`` gives the raw wait status (``exitcode``).
 - ``pyslurm/core/job/submission.pyx``/``.pxd``: ``JobSubmitDescription(**kw)``,
   ``.script`` (a path or the script text), ``.submit()`` returns the job id.
   Attribute names differ from sbatch's: ``partitions``, ``time_limit``,
@@ -266,29 +269,63 @@ def _start_time(value) -> Optional[datetime]:
     return parsers._epoch(value)  # unix seconds; None or 0 means not known yet
 
 
-def job_to_info(obj) -> JobInfo:
+def pyslurm_exit(obj) -> Optional[str]:
+    """A pyslurm Job's end as ``"E:S"`` text for :func:`parsers.decode_exit`.
+
+    pyslurm decodes the wait status itself (utils/helpers.pyx
+    ``_get_exit_code``, every version read up to 24.11) into ``exit_code``
+    and ``exit_code_signal``, copying sacct's habit of taking 128 off an exit
+    status of 128 or more: a script that exited 137 reads 9.  So the pair is
+    exact when a signal is set, or when the status cannot have been cut
+    (:func:`exit_is_ambiguous` is False); otherwise the backend asks for the
+    exact value (:meth:`PyslurmBackend.jobs`).
+    """
+    code, signal = _attr(obj, "exit_code"), _attr(obj, "exit_code_signal")
+    if code is None and signal is None:
+        return None
+    return "%d:%d" % (int(code or 0), int(signal or 0))
+
+
+def exit_is_ambiguous(info: JobInfo) -> bool:
+    """Whether pyslurm's exit status for this ended job may be 128 short.
+
+    A COMPLETED job exited 0 (Slurm marks any other status FAILED), and a
+    signal is reported as it is; any other exit status E may have been E+128.
+    """
+    return info.exit_code is not None and info.state != "COMPLETED"
+
+
+def job_to_info(obj, exit_text=None) -> JobInfo:
     """A pyslurm ``Job`` (or ``db.Job``) as a :class:`JobInfo`; only reads attributes.
 
     Values are converted exactly as :func:`parsers.parse_squeue_json` converts
-    squeue's, so both backends describe a job alike.
+    squeue's, so both backends describe a job alike.  ``exit_text`` (``E:S``
+    or a raw wait status) replaces what pyslurm's own exit attributes say.
     """
     job_id = _attr(obj, "id", "job_id")  # "id" in every pyslurm version read
-    exit_code = _attr(obj, "exit_code")
     num_nodes = _attr(obj, "num_nodes")
+    state = _attr(obj, "state") or "UNKNOWN"
+    # core Job: allocated_nodes; db.Job: nodelist (None while pending, and
+    # "None assigned" in the database for a job that never ran, as in sacct)
+    nodelist = _attr(obj, "allocated_nodes", "nodelist") or ""
+    if nodelist == "None assigned":
+        nodelist = ""
+    exit_code, signal = parsers.ended_exit(state, bool(nodelist),
+                                           pyslurm_exit(obj) if exit_text is None else exit_text)
     values = dict(
         job_id=str(job_id),
         name=_attr(obj, "name") or "",
-        state=_attr(obj, "state") or "UNKNOWN",
+        state=state,
         partition=_attr(obj, "partition") or "",
         node_count=int(num_nodes) if num_nodes else 0,
-        # core Job: allocated_nodes; db.Job: nodelist (None while pending)
-        nodelist=_attr(obj, "allocated_nodes", "nodelist") or "",
+        nodelist=nodelist,
         start_time=_start_time(_attr(obj, "start_time")),
         time_limit=_time_limit(_attr(obj, "time_limit")),
         user=_attr(obj, "user_name") or "",
         reason=_attr(obj, "state_reason") or "",
         comment=_attr(obj, "comment") or "",
-        exit_code=int(exit_code) if exit_code is not None else None,
+        exit_code=exit_code,
+        signal=signal,
         cluster=_attr(obj, "cluster") or "",
         stdout=_attr(obj, "standard_output") or "",
     )
@@ -537,7 +574,28 @@ class PyslurmBackend(CommandBackend):
             # cluster, and user_name costs a passwd lookup per job.
             wanted = set(job_ids)
             records = [r for r in records if str(_attr(r, "id", "job_id")) in wanted]
-        return self._filter([job_to_info(r) for r in records], job_ids, user)
+        infos = self._filter([job_to_info(r) for r in records], job_ids, user)
+        return [self._exact_exit(i) if exit_is_ambiguous(i) else i for i in infos]
+
+    def _exact_exit(self, info: JobInfo) -> JobInfo:
+        """``info`` with the exit status pyslurm's Job API may have cut by 128.
+
+        The deprecated ``pyslurm.job`` class (pyslurm.pyx in 22.5, deprecated.pyx
+        in 24.11) prints ``WEXITSTATUS`` whole as ``"E:S"``: one
+        ``slurm_load_job`` RPC per job that ended with a non-zero status, which
+        is few jobs (a COMPLETED or signalled job needs none).  Its ``S`` is
+        not used: that class carries it over from the previous field.  Where
+        the class is gone or fails, pyslurm's own value stays.
+        """
+        legacy = getattr(self._pyslurm, "job", None)
+        try:
+            records = legacy().find_id(info.job_id) if callable(legacy) else []
+            text = str(records[0]["exit_code"]) if records else ""
+            code = int(text.partition(":")[0])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return info
+        exit_code, signal = parsers.decode_exit("%d:0" % code)
+        return replace(info, exit_code=exit_code, signal=signal)
 
     def cancel(self, job_ids):
         """SIGKILL each job; a job that already ended or is unknown is not an error.
@@ -583,15 +641,44 @@ class PyslurmBackend(CommandBackend):
         # 22.5.2's db.Job.exit_code is a stub returning 0 (db/job.pyx "TODO");
         # that version is the one without JobFilter.
         exit_code_known = getattr(db, "JobFilter", None) is not None
+        raw = self._raw_db_exit_codes(ids, failures)
         wanted = {str(i) for i in ids}
         by_id: Dict[str, JobInfo] = {}
         for record in records_of(records):
-            info = job_to_info(record)
-            if info.job_id in wanted:
-                if not exit_code_known:
-                    info = replace(info, exit_code=None)
-                by_id[info.job_id] = info
+            job_id = str(_attr(record, "id", "job_id"))
+            if job_id not in wanted:
+                continue
+            info = job_to_info(record, raw.get(job_id))
+            if job_id not in raw and not exit_code_known:
+                info = replace(info, exit_code=None, signal=None)
+            by_id[info.job_id] = info
         return list(by_id.values())
+
+    def _raw_db_exit_codes(self, ids: List[int], failures) -> Dict[str, int]:
+        """{job id: raw wait status} from slurmdbd, one query for all ``ids``.
+
+        db.Job's exit attributes take 128 off, as sacct does; the deprecated
+        ``slurmdb_jobs`` class hands out the stored wait status untouched
+        (``exitcode``), which :func:`parsers.decode_exit` decodes exactly.
+        Empty where that class is missing or fails: db.Job's values stay.
+        """
+        legacy = getattr(self._pyslurm, "slurmdb_jobs", None)
+        if not callable(legacy):
+            return {}
+        try:
+            found = legacy().get(jobids=ids)
+        except failures:
+            return {}
+        out = {}
+        for job_id, record in (found or {}).items():
+            if not isinstance(record, dict) or not isinstance(record.get("exitcode"), int):
+                continue
+            # The batch step's status first, as parsers.parse_sacct does: the
+            # job's own row says 0 for a while after a cancel.
+            batch = (record.get("steps") or {}).get(0xFFFFFFFB) or {}   # slurm.h SLURM_BATCH_SCRIPT
+            raw = batch.get("exitcode")
+            out[str(job_id)] = raw if isinstance(raw, int) else record["exitcode"]
+        return out
 
 
 def _reset_for_tests():

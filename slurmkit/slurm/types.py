@@ -11,6 +11,26 @@ FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NOD
 
 @dataclass(frozen=True)
 class JobInfo:
+    """One job as a backend sees it; every backend fills it alike.
+
+    How the job ended is two fields, decoded by
+    :func:`slurmkit.slurm.parsers.decode_exit` from whatever the source gives
+    (squeue's raw wait status, sacct's and scontrol's ``E:S``, pyslurm's
+    pair):
+
+    - ``exit_code``: the exit status of the batch script (0-255) when it
+      exited by itself; ``None`` while the job has not ended, when it never
+      ran (cancelled while pending) and when a signal ended it.  A script
+      whose child was killed by a signal usually exits 128+N (bash: 143 for
+      SIGTERM, 137 for SIGKILL): that is an exit status, not a signal.
+    - ``signal``: the number of the signal that ended the batch script
+      (15 for ``scancel`` or ``kill -TERM``, 9 for ``kill -9``), else ``None``.
+
+    At most one of the two is set.  Through sacct (jobs the controller has
+    forgotten) an exit status of 128 or more reads 128 less: sacct prints it
+    that way (src/sacct/print.c) and its text keeps nothing else.
+    """
+
     job_id: str
     name: str
     state: str
@@ -23,6 +43,7 @@ class JobInfo:
     reason: str = ""
     comment: str = ""
     exit_code: Optional[int] = None
+    signal: Optional[int] = None
     cluster: str = ""
     stdout: str = ""     # the output file, where Slurm tells it
 

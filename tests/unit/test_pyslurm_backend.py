@@ -85,7 +85,7 @@ def core_job(**overrides):
     """A pyslurm ``Job`` as 22.5.2's job.pxd documents it (same names in 25.11's job.pyx)."""
     values = dict(id=7, name="train", state="RUNNING", state_reason="None", partition="gpu", num_nodes=2,
                   allocated_nodes="an[1-2]", required_nodes=None, start_time=START, time_limit=90,
-                  user_name="root", comment="slurmkit:abc", exit_code=0, cluster="alpha",
+                  user_name="root", comment="slurmkit:abc", exit_code=0, exit_code_signal=0, cluster="alpha",
                   standard_output="/tmp/o-7.out")
     values.update(overrides)
     return SimpleNamespace(**values)
@@ -108,7 +108,8 @@ def test_job_to_info_running_job_fields():
     assert (info.node_count, info.nodelist, info.user, info.reason) == (2, "an[1-2]", "root", "None")
     assert info.start_time == datetime.fromtimestamp(START)
     assert info.time_limit == "01:30:00"
-    assert (info.comment, info.exit_code, info.cluster) == ("slurmkit:abc", 0, "alpha")
+    # pyslurm says exit_code 0 while a job runs, as squeue does: not an exit status yet
+    assert (info.comment, info.exit_code, info.signal, info.cluster) == ("slurmkit:abc", None, None, "alpha")
 
 
 def test_job_to_info_pending_job_with_unset_values():
@@ -125,11 +126,13 @@ def test_job_to_info_pending_job_with_unset_values():
 
 def test_job_to_info_25_11_job_with_days_and_finished_state():
     # 25.11's Job has many more attributes (stats, pids, ...); only ours are read.
-    job = core_job(state="COMPLETED", exit_code=3, time_limit=2 * 1440 + 5, stats=object(), pids={},
+    job = core_job(state="FAILED", exit_code=3, time_limit=2 * 1440 + 5, stats=object(), pids={},
                    run_time_remaining=0, elapsed_cpu_time=120)
     info = pb.job_to_info(job)
     assert info.time_limit == "2-00:05:00"
-    assert info.exit_code == 3 and info.finished
+    assert (info.exit_code, info.signal) == (3, None) and info.finished
+    killed = pb.job_to_info(core_job(state="CANCELLED", exit_code=0, exit_code_signal=15))
+    assert (killed.exit_code, killed.signal) == (None, 15)
 
 
 def test_job_to_info_db_job_shape():
