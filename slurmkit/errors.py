@@ -62,3 +62,17 @@ class HostKeyError(RemoteError):
 
 class ConnectTimeoutError(RemoteError):
     """A connection or a remote command did not answer in time."""
+
+
+class WaitTimeoutError(SlurmkitError):
+    """A wait ran out of time while the job was still alive (exit code 1).
+
+    Deliberately not a :class:`ConnectTimeoutError`: Slurm answered every
+    poll, the job simply has not ended, and the requeue daemon must never
+    take a long-running job for an unreachable cluster.  ``job`` is its last
+    known state (a :class:`~slurmkit.slurm.types.JobInfo`).
+    """
+
+    def __init__(self, message, job=None):
+        super().__init__(message)
+        self.job = job

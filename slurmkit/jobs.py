@@ -12,13 +12,14 @@ import os
 import re
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.script.render import JobSpec, RenderedJob, render
 from slurmkit.session import Session
 
-if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo
+if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo nor a GroupResult
+    from slurmkit.results import GroupResult
     from slurmkit.slurm.types import JobInfo
 
 _REF_RE = re.compile(r"^(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>\d+)$")
@@ -116,50 +117,69 @@ def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":
     return grouped
 
 
-def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = None
-           ) -> Tuple[List[Tuple[JobRef, JobInfo]], List[JobRef], List[Tuple[str, str]]]:
-    """(found, missing, unreachable clusters with the reason).
+class StatusReport(NamedTuple):
+    """What :func:`status` found: jobs by ref, refs no cluster knows, and every cluster's outcome.
 
-    With refs: one squeue per cluster involved, whatever the number of jobs.
+    ``clusters`` is a :class:`~slurmkit.results.GroupResult`: for each
+    cluster asked, the jobs found there (a list of JobInfo) or the error that
+    kept it from answering (only ever an error when listing without refs).
+    """
+
+    found: List[Tuple[JobRef, JobInfo]]
+    missing: List[JobRef]
+    clusters: GroupResult
+
+
+def lookup(session: Session, refs: Sequence[JobRef], max_workers: int = 8) -> GroupResult:
+    """Jobs by ref, finished ones included: ``cluster -> {job_id: JobInfo}`` or that cluster's error.
+
+    One :meth:`~slurmkit.slurm.backend.SlurmBackend.jobs_by_id` per cluster
+    (at most two RPCs, whatever the number of jobs), clusters asked in
+    parallel.  An id missing from its cluster's dict is unknown there.  This
+    is the poll of the requeue daemon: an unreachable cluster is an entry of
+    the result, never a reason to drop the others.
+    """
+    from slurmkit import results
+
+    grouped = _group(refs)
+    return results.each(grouped, lambda cluster: session.backend(cluster).jobs_by_id(grouped[cluster]),
+                        max_workers=max_workers)
+
+
+def status(session: Session, refs: Sequence[JobRef] = (), user: Optional[str] = None) -> StatusReport:
+    """The jobs ``refs`` (finished ones too), or without refs the user's slurmkit jobs everywhere.
+
+    With refs: one :func:`lookup`; a cluster that cannot be asked raises (the
+    user named its jobs: there is no answer without it), as itself when it
+    is the only one, as a :class:`~slurmkit.results.GroupError` otherwise.
     Without: the user's slurmkit jobs (comment ``slurmkit:...``) on every
     cluster of the site, asked in parallel; a cluster that cannot be reached
-    is reported, not fatal.  The user is ``user``, else the account slurmkit
-    uses on that cluster (the login node's user over SSH, else this one).
+    is reported in ``clusters.failed``, not fatal.  The user is ``user``,
+    else the account slurmkit uses on that cluster (the login node's user
+    over SSH, else this one).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from slurmkit import results
 
     found: List[Tuple[JobRef, JobInfo]] = []
     missing: List[JobRef] = []
-    unreachable: List[Tuple[str, str]] = []
     if not refs:
-        names = list(session.site.clusters)
-
         def mine(cluster):
-            try:
-                backend = session.backend(cluster)
-                jobs_there = backend.jobs(user=user or account_on(session.site.clusters[cluster]))
-                return [j for j in jobs_there if j.comment.startswith("slurmkit:")], None
-            except SlurmkitError as exc:
-                return [], str(exc)
+            jobs_there = session.backend(cluster).jobs(user=user or account_on(session.site.clusters[cluster]))
+            return [j for j in jobs_there if j.comment.startswith("slurmkit:")]
 
-        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
-            for cluster, (jobs_there, error) in zip(names, pool.map(mine, names)):
-                if error:
-                    unreachable.append((cluster, error))
-                found.extend((JobRef(cluster, j.job_id), j) for j in jobs_there)
-        return found, missing, unreachable
-    for cluster, ids in _group(refs).items():
-        backend = session.backend(cluster)
-        by_id: Dict[str, JobInfo] = {j.job_id: j for j in backend.jobs(ids)}
-        unknown = [i for i in ids if i not in by_id]
-        if unknown and hasattr(backend, "accounting"):
-            by_id.update({j.job_id: j for j in backend.accounting(unknown)})
-        for job_id in ids:
-            if job_id in by_id:
-                found.append((JobRef(cluster, job_id), by_id[job_id]))
-            else:
-                missing.append(JobRef(cluster, job_id))
-    return found, missing, unreachable
+        per_cluster = results.each(session.site.clusters, mine)
+        for cluster, jobs_there in per_cluster.succeeded.items():
+            found.extend((JobRef(cluster, j.job_id), j) for j in jobs_there)
+        return StatusReport(found, missing, per_cluster)
+    by_cluster = lookup(session, refs).raise_failed("jobs could not be looked up")
+    for ref in refs:
+        job = by_cluster[ref.cluster].get(ref.job_id)
+        if job is None:
+            missing.append(ref)
+        else:
+            found.append((ref, job))
+    return StatusReport(found, missing,
+                        results.GroupResult((c, list(jobs.values())) for c, jobs in by_cluster.items()))
 
 
 def account_on(cluster) -> str:
@@ -182,21 +202,24 @@ def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:
 
 def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=time.monotonic,
          sleep=time.sleep, on_change=None) -> JobInfo:
-    """Poll one job until it finishes; one squeue per poll, backing off to 10 s.
+    """Poll one job until it finishes, backing off from 1 s to 10 s between polls.
 
-    ``on_change(job)`` is called whenever the state changes.  Raises
-    SlurmkitError when the job disappears or ``timeout`` passes.
+    Each poll is one ``jobs_by_id``: one squeue while Slurm still lists the
+    job, and sacct (where there is accounting) once it no longer does, so a
+    job that ended during a long pause is still found.  ``on_change(job)`` is
+    called whenever the state changes.  Raises SlurmkitError when the job is
+    unknown, and :class:`~slurmkit.errors.WaitTimeoutError` (never a
+    connection error: Slurm did answer) when ``timeout`` passes first.
     """
-    from slurmkit.errors import ConnectTimeoutError
+    from slurmkit.errors import WaitTimeoutError
 
     backend = session.backend(ref.cluster)
     deadline = None if timeout is None else clock() + timeout
     delay, last_state = 1.0, None
     while True:
-        found = backend.jobs([ref.job_id])
-        if not found:
+        job = backend.jobs_by_id([ref.job_id]).get(ref.job_id)
+        if job is None:
             raise SlurmkitError("job %s is not known to cluster %s" % (ref, ref.cluster))
-        job = found[0]
         if job.state != last_state:
             last_state = job.state
             if on_change:
@@ -204,6 +227,7 @@ def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=t
         if job.finished:
             return job
         if deadline is not None and clock() + delay > deadline:
-            raise ConnectTimeoutError("job %s is still %s after %ss" % (ref, job.state, timeout))
+            raise WaitTimeoutError("job %s is still %s after %ss" % (ref, job.state, timeout), job=job)
         sleep(delay)
         delay = min(delay * 1.5, 10.0)
+

@@ -90,7 +90,8 @@ def status(session, user, as_json, job_ids):
     from slurmkit.errors import SlurmkitError
 
     refs = [jobs.parse_ref(j, session) for j in job_ids]
-    found, missing, unreachable = jobs.status(session, refs, user=user)
+    found, missing, clusters = jobs.status(session, refs, user=user)
+    unreachable = [(cluster, str(error)) for cluster, error in clusters.failed.items()]
     warn("cluster %s not reachable: %s" % pair for pair in unreachable)
     if as_json:
         print_json(display.status_dict(found, missing, unreachable))

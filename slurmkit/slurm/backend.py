@@ -7,7 +7,9 @@ cluster and a remote one reached over SSH.  ``slurmkit.slurm.pyslurm_backend``
 implements it with pyslurm when that is installed and matches the cluster.
 
 Every method costs a constant number of Slurm RPCs, whatever the number of
-jobs asked about: status of many jobs is one ``squeue`` call.
+jobs or nodes asked about: status of many jobs is one ``squeue`` call (plus
+one ``sacct`` for those squeue has forgotten), draining many nodes is one
+``scontrol update``.  The requeue daemon and the health sweeps rely on that.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
 
-from slurmkit.errors import SlurmCommandError, SlurmUnavailableError
+from slurmkit.errors import SlurmCommandError, SlurmUnavailableError, UsageError
 from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.runner import CommandResult, Runner
 
@@ -27,9 +29,22 @@ _UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed o
 
 
 class SlurmBackend:
-    """Interface. Job ids are the cluster-local numeric ids, as strings."""
+    """Interface. Job ids are the cluster-local numeric ids, as strings.
+
+    Callers use only what is declared here: no ``hasattr`` probing of a
+    backend for optional abilities.  An ability a backend lacks raises
+    NotImplementedError, which is a bug to fix, not a case to handle.
+    """
 
     name = "abstract"
+    # Where this backend's Slurm commands run; None for a backend that runs
+    # none (callers then use its methods only).  The cluster survey sends its
+    # one-round-trip probe script through it.
+    runner: Optional[Runner] = None
+    # True when submit() itself never creates a second job for one token (the
+    # cluster-side submit-once wrapper): a caller retrying after a lost answer
+    # need not look for the token first.
+    submit_once = False
 
     def submit(self, script: str, token: Optional[str] = None) -> str:
         """Submit a batch script; return the job id.
@@ -51,7 +66,37 @@ class SlurmBackend:
         """Jobs whose comment contains ``token`` (idempotent submission checks)."""
         return [j for j in self.jobs(user=user) if token in j.comment]
 
+    def jobs_by_id(self, job_ids: Iterable[str]) -> Dict[str, JobInfo]:
+        """Many jobs by id, finished ones included, in at most two RPCs: {id: job}.
+
+        Live jobs and those finished within ``MinJobAge`` come from one
+        ``squeue``; ids it no longer knows come from one ``sacct`` where the
+        cluster has accounting.  An id absent from the result is unknown to
+        Slurm (or forgotten, on a cluster without accounting).  A failure to
+        ask raises: "not found" is never confused with "could not look".
+        """
+        raise NotImplementedError
+
+    def accounting(self, job_ids: Sequence[str]) -> List[JobInfo]:
+        """Jobs from the accounting database (sacct); empty where there is none."""
+        raise NotImplementedError
+
+    def has_accounting(self) -> bool:
+        """Whether the cluster keeps accounting (``AccountingStorageType`` is not none)."""
+        raise NotImplementedError
+
     def cancel(self, job_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def requeue(self, job_ids: Sequence[str]) -> None:
+        """Put jobs back in the queue (running or finished batch jobs; Slurm refuses others)."""
+        raise NotImplementedError
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        """Keep pending jobs from starting until released."""
+        raise NotImplementedError
+
+    def release(self, job_ids: Sequence[str]) -> None:
         raise NotImplementedError
 
     def topology(self) -> Topology:
@@ -62,6 +107,22 @@ class SlurmBackend:
         raise NotImplementedError
 
     def nodes(self) -> List[NodeInfo]:
+        raise NotImplementedError
+
+    def node_states(self, names: Optional[Iterable[str]] = None) -> List[NodeInfo]:
+        """Nodes (all, or ``names``) with state, reason, and who set the reason when."""
+        raise NotImplementedError
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        """Let running jobs finish, start no new ones; ``reason`` is required."""
+        raise NotImplementedError
+
+    def down(self, nodes: Sequence[str], reason: str) -> None:
+        """Take nodes out at once (their jobs fail with NODE_FAIL); ``reason`` is required."""
+        raise NotImplementedError
+
+    def resume(self, nodes: Sequence[str]) -> None:
+        """Return drained or down nodes to service (clears the reason)."""
         raise NotImplementedError
 
     def version(self) -> str:
@@ -90,6 +151,7 @@ class CommandBackend(SlurmBackend):
         # once-per-token wrapper so that retrying is always safe.
         self.submit_once = submit_once
         self._json = None  # unknown until the first squeue call tells us
+        self._accounting: Optional[bool] = None  # read from config() once, when first needed
 
     def describe(self):
         return "slurm commands, %s" % self.runner.describe()
@@ -106,7 +168,9 @@ class CommandBackend(SlurmBackend):
         message = parsers.first_error_line(result.stderr or result.stdout)
         where = (" on cluster %s" % self.cluster_name) if self.cluster_name else ""
         if _UNREACHABLE_RE.search(result.stderr or ""):
-            raise SlurmUnavailableError("slurmctld%s does not answer (%s): %s" % (where, what, message))
+            # sacct talks to the accounting daemon, every other command to the controller
+            daemon = "slurmdbd" if what == "sacct" else "slurmctld"
+            raise SlurmUnavailableError("%s%s does not answer (%s): %s" % (daemon, where, what, message))
         raise SlurmCommandError("%s failed%s: %s" % (what, where, message), argv=result.argv,
                                 returncode=result.returncode, stderr=result.stderr)
 
@@ -154,13 +218,53 @@ class CommandBackend(SlurmBackend):
             jobs = [j for j in jobs if j.user == user]
         return jobs
 
+    def jobs_by_id(self, job_ids):
+        ids = list(dict.fromkeys(str(j) for j in job_ids))   # unique, in the caller's order
+        if not ids:
+            return {}
+        # squeue --states=all: running and pending jobs, and finished ones
+        # until MinJobAge has passed (the only source without accounting).
+        found = {j.job_id: j for j in self.jobs(ids)}
+        forgotten = [i for i in ids if i not in found]
+        if forgotten and self.has_accounting():
+            wanted = set(forgotten)
+            found.update((j.job_id, j) for j in self.accounting(forgotten) if j.job_id in wanted)
+        return {i: found[i] for i in ids if i in found}
+
+    def has_accounting(self):
+        # One `scontrol show config` per backend: the storage type changes
+        # only with a slurmctld restart, and every poll must stay at two RPCs.
+        if self._accounting is None:
+            storage = self.config().get("AccountingStorageType", "")
+            self._accounting = bool(storage) and storage != "accounting_storage/none"
+        return self._accounting
+
     def accounting(self, job_ids: Sequence[str]) -> List[JobInfo]:
-        """Finished jobs squeue no longer knows, from sacct (empty where accounting is off)."""
-        result = self._run(commands.sacct(job_ids))
-        return parsers.parse_sacct(result.stdout) if result.ok else []
+        """Jobs from sacct; empty where accounting is off, an error where it is on but does not answer."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return []
+        result = self._run(commands.sacct(ids))
+        if not result.ok and "accounting storage is disabled" in result.stderr:
+            return []
+        return parsers.parse_sacct(self._check(result, "sacct").stdout)
 
     def cancel(self, job_ids):
         self._check(self._run(commands.scancel(job_ids)), "scancel")
+
+    def requeue(self, job_ids):
+        self._job_control(commands.requeue, job_ids, "scontrol requeue")
+
+    def hold(self, job_ids):
+        self._job_control(commands.hold, job_ids, "scontrol hold")
+
+    def release(self, job_ids):
+        self._job_control(commands.release, job_ids, "scontrol release")
+
+    def _job_control(self, build, job_ids, what):
+        ids = [str(j) for j in job_ids]
+        if ids:  # nothing to do must not become "scontrol hold" with no ids
+            self._check(self._run(build(ids)), what)
 
     def topology(self):
         return parsers.parse_topology(self._check(self._run(commands.show_topology()), "scontrol show topology").stdout)
@@ -170,6 +274,31 @@ class CommandBackend(SlurmBackend):
 
     def nodes(self):
         return parsers.parse_nodes(self._check(self._run(commands.show_nodes()), "scontrol show node").stdout)
+
+    def node_states(self, names=None):
+        names = list(names) if names is not None else None
+        if names == []:
+            return []
+        return parsers.parse_nodes(self._check(self._run(commands.show_nodes(names)), "scontrol show node").stdout)
+
+    def drain(self, nodes, reason):
+        self._update_nodes(nodes, "DRAIN", reason)
+
+    def down(self, nodes, reason):
+        self._update_nodes(nodes, "DOWN", reason)
+
+    def resume(self, nodes):
+        self._update_nodes(nodes, "RESUME", None)
+
+    def _update_nodes(self, nodes, state, reason):
+        nodes = [str(n) for n in nodes]
+        if not nodes:
+            return
+        if reason is not None and not reason.strip():
+            # Slurm refuses DRAIN/DOWN without one, and a reason is how an
+            # admin (and the health sweep) tells whose drain it is.
+            raise UsageError("setting nodes %s needs a reason" % state)
+        self._check(self._run(commands.update_nodes(nodes, state, reason)), "scontrol update State=" + state)
 
     def version(self):
         return parsers.parse_version(self._check(self._run(commands.version()), "scontrol --version").stdout)
