@@ -10,7 +10,7 @@ wrapped as ``{"set": .., "number": ..}``, state lists).
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.slurm import commands
@@ -89,6 +89,75 @@ def _epoch(value) -> Optional[datetime]:
     return datetime.fromtimestamp(int(value))
 
 
+# Slurm's "no value" markers for a 32-bit field (slurm.h NO_VAL, INFINITE).
+_NO_VALUES = (0xFFFFFFFE, 0xFFFFFFFF)
+
+
+def decode_exit(value) -> Tuple[Optional[int], Optional[int]]:
+    """``(exit_code, signal)`` of an ended batch script, from any form Slurm reports it in.
+
+    The one decoder for every source (see :class:`~slurmkit.slurm.types.JobInfo`):
+
+    - an ``int`` is the raw wait status, as ``squeue --json`` of 22.05 and
+      libslurm give it: 768 is exit 3, 36608 is exit 143 (a script whose
+      child died of SIGTERM), 15 is killed by SIGTERM, 9 by SIGKILL;
+    - a string ``"E:S"`` is scontrol's and sacct's ``ExitCode`` (and
+      pyslurm's deprecated API): S > 0 means killed by signal S;
+    - a dict is the 23.02+ JSON: ``{"status": ["EXITED"|"SIGNALED"|...],
+      "return_code": .., "signal": {"id"|"signal_id": .., "name": ..}}``,
+      numbers bare or wrapped as ``{"set", "number"}``.
+
+    Returns ``(status, None)`` for an exit, ``(None, signal)`` for a signal
+    and ``(None, None)`` where there is nothing to decode.
+    """
+    if value is None or value == "":
+        return None, None
+    if isinstance(value, bool):
+        raise TypeError("not an exit status: %r" % (value,))
+    if isinstance(value, int):
+        if value < 0 or value in _NO_VALUES:
+            return None, None
+        low = value & 0x7F
+        if low == 0:            # WIFEXITED
+            return (value >> 8) & 0xFF, None
+        if low == 0x7F:         # WIFSTOPPED: not an end at all
+            return None, None
+        return None, low        # WIFSIGNALED (0x80 is the core-dump flag)
+    if isinstance(value, str):
+        code, _, sig = value.strip().partition(":")
+        if not code.isdigit() or not (sig or "0").isdigit():
+            raise ValueError("not an exit status: %r" % value)
+        if int(sig or 0):
+            return None, int(sig)
+        return int(code), None
+    if isinstance(value, dict):
+        status = value.get("status")
+        statuses = set(status if isinstance(status, list) else [status])
+        if statuses & {"SIGNALED", "CORE_DUMPED"}:
+            signal = value.get("signal") or {}
+            number = _number(signal.get("id", signal.get("signal_id")))
+            return None, int(number) if number else None
+        if statuses & {"PENDING", "INVALID"}:
+            return None, None
+        code = _number(value.get("return_code"))
+        return (int(code), None) if code is not None else (None, None)
+    raise TypeError("not an exit status: %r" % (value,))
+
+
+def ended_exit(state: str, ran: bool, value) -> Tuple[Optional[int], Optional[int]]:
+    """:func:`decode_exit`, for a job that has ended after it ran; ``(None, None)`` otherwise.
+
+    Every source says 0 while a job is pending or running, and 0 for a job
+    cancelled before it started: none of those is an exit status.  ``ran``
+    is whether the job ever had nodes (its node list is not empty).
+    """
+    from slurmkit.slurm.types import FINISHED_STATES
+
+    if state not in FINISHED_STATES or not ran:
+        return None, None
+    return decode_exit(value)
+
+
 _PATTERN_RE = re.compile(r"%(%|[jxuAa]|[0-9]*[jA])")
 
 
@@ -126,16 +195,15 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
         raise SlurmCommandError("squeue --json printed invalid JSON: %s" % exc) from None
     jobs = []
     for job in data.get("jobs", []):
-        exit_code = job.get("exit_code")
-        if isinstance(exit_code, dict):  # 23.02+: {"status": [...], "return_code": {...}}
-            exit_code = _number(exit_code.get("return_code"))
+        state, nodelist = _state(job.get("job_state")), job.get("nodes") or ""
+        exit_code, signal = ended_exit(state, bool(nodelist), job.get("exit_code"))
         jobs.append(JobInfo(
-            job_id=str(job["job_id"]), name=job.get("name", ""), state=_state(job.get("job_state")),
+            job_id=str(job["job_id"]), name=job.get("name", ""), state=state,
             partition=job.get("partition", ""), node_count=_number(job.get("node_count")) or 0,
-            nodelist=job.get("nodes") or "", start_time=_epoch(job.get("start_time")),
+            nodelist=nodelist, start_time=_epoch(job.get("start_time")),
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
-            exit_code=exit_code, cluster=job.get("cluster", "") or "",
+            exit_code=exit_code, signal=signal, cluster=job.get("cluster", "") or "",
             stdout=_stdout_path(job)))
     return jobs
 
@@ -168,19 +236,32 @@ def parse_squeue_parsable(text: str) -> "List[JobInfo]":
 def parse_sacct(text: str) -> "List[JobInfo]":
     from slurmkit.slurm.types import JobInfo
 
-    jobs = []
+    rows, batch_exit = [], {}
     for line in text.splitlines():
         fields = line.split("|", len(commands.SACCT_FIELDS) - 1)
         if len(fields) != len(commands.SACCT_FIELDS):
             continue
-        job_id, name, state, partition, count, nodelist, start, limit, user, reason, comment = fields
+        job_id, step = fields[0].partition(".")[::2]
+        if step == "batch":
+            # The batch script's own end, which is what the controller reports
+            # as the job's: the job's row catches up only later (0:0 for a
+            # while after a cancel).  Other steps (extern, srun's) are not the job's.
+            batch_exit[job_id] = fields[-2]
+        elif not step:
+            rows.append(fields)
+    jobs = []
+    for fields in rows:
+        job_id, name, state, partition, count, nodelist, start, limit, user, reason, exit_text, comment = fields
+        exit_text = batch_exit.get(job_id, exit_text)
         # Mapped to what squeue says of the same job: "CANCELLED by 0" is
         # CANCELLED, a job that never got nodes has none ("None assigned").
-        jobs.append(JobInfo(job_id=job_id, name=name, state=state.split()[0] if state else "UNKNOWN",
+        state = state.split()[0] if state else "UNKNOWN"
+        nodelist = "" if nodelist == "None assigned" else nodelist
+        exit_code, signal = ended_exit(state, bool(nodelist), exit_text)
+        jobs.append(JobInfo(job_id=job_id, name=name, state=state,
                             partition=partition, node_count=int(count) if count.isdigit() else 0,
-                            nodelist="" if nodelist == "None assigned" else nodelist,
-                            start_time=_slurm_datetime(start), time_limit=limit,
-                            user=user, reason=reason, comment=comment))
+                            nodelist=nodelist, start_time=_slurm_datetime(start), time_limit=limit,
+                            user=user, reason=reason, comment=comment, exit_code=exit_code, signal=signal))
     return jobs
 
 
