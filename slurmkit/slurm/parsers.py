@@ -323,7 +323,7 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
             partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
             gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
             cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
-            **_node_reason(kv.get("Reason", ""))))
+            addr=kv.get("NodeAddr", ""), **_node_reason(kv.get("Reason", ""))))
     return nodes
 
 

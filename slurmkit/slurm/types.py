@@ -101,6 +101,7 @@ class NodeInfo:
     reason: str = ""                         # why it is drained or down, without the [user@time] suffix
     reason_user: str = ""                    # who set the reason (health: never touch someone else's drain)
     reason_time: Optional[datetime] = None   # when it was set
+    addr: str = ""                           # NodeAddr: where slurmctld (and the health sweep's SSH) reaches it
 
     def free(self, gres_prefix: str = "gpu") -> int:
         total = sum(v for k, v in self.gres.items() if k.split(":")[0] == gres_prefix)
