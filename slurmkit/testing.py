@@ -489,7 +489,7 @@ class FakeSlurm(CommandBackend):
         if program == "squeue" and "--json" in rest:
             return self._squeue_json()
         if program == "sacct":
-            return self._sacct(_option(rest, "--jobs=").split(","))
+            return self._sacct(_option(rest, "--jobs=").split(","), steps="--allocations" not in rest)
         if program == "scancel":
             return self._scancel(rest)
         if program == "scontrol":
@@ -562,9 +562,15 @@ class FakeSlurm(CommandBackend):
             exit_code=job.exit_status, cluster=self.cluster_name, standard_output=job.stdout,
             current_working_directory=job.cwd, restart_cnt=job.restarts, command="",
             eligible_time=job.submit_time, last_sched_evaluation=job.submit_time)
+        if job.nodes:   # Slurm adds the allocation once a job has nodes (recorded for running and ended jobs)
+            names = job.nodes.split(",")
+            record["job_resources"] = {
+                "nodes": job.nodes, "allocated_cores": len(names), "allocated_hosts": len(names),
+                "allocated_nodes": [{"sockets": {"0": {"cores": {"0": "allocated"}}}, "nodename": name,
+                                     "cpus_used": 0, "memory_used": 0, "memory_allocated": 1000} for name in names]}
         return record
 
-    def _sacct(self, ids: List[str]):
+    def _sacct(self, ids: List[str], steps: bool):
         if not self.accounting_enabled:
             return 1, "", _NO_ACCOUNTING
         lines = []
@@ -584,6 +590,12 @@ class FakeSlurm(CommandBackend):
                 "ExitCode": "%d:%d" % (job.exit_status >> 8 & 0xFF, job.exit_status & 0x7F),
                 "DerivedExitCode": "0:0", "Comment": job.comment}
             lines.append("|".join(values.get(f, "") for f in commands.SACCT_FIELDS))
+            if steps and job.nodes:
+                # the batch step's own row, as sacct prints it without --allocations
+                step = dict(values, JobIDRaw=job.job_id + ".batch", JobID=job.job_id + ".batch", JobName="batch",
+                            Partition="", NodeList=job.nodes.split(",")[0], NNodes="1", Timelimit="", User="",
+                            Reason="", Comment="")
+                lines.append("|".join(step.get(f, "") for f in commands.SACCT_FIELDS))
         return 0, "".join(line + "\n" for line in lines), ""
 
     def _scancel(self, ids):

@@ -27,12 +27,15 @@ def test_recordings_were_made_with_todays_argv():
     # A recording answers only the argv it was made with: if a builder
     # changes, record.py must be run again.
     r = recorded("alpha", "drain")
-    assert r["argv"] == commands.update_nodes(["an1", "an4"], "DRAIN", "slurmkit: recorded drain")
-    ids = [recorded("alpha", "sacct")["jobs"][k] for k in ("ok", "failed", "cancelled", "running", "held")]
-    assert recorded("alpha", "sacct")["argv"] == commands.sacct(ids + ["999999"])
-    assert recorded("beta", "squeue-parsable")["argv"] == commands.squeue_parsable(
-        [recorded("beta", "squeue-parsable")["jobs"][k] for k in ("ok", "failed", "cancelled", "running", "held")]
-        + ["999999"])
+    nodes = [r["nodes"]["draining"], r["nodes"]["drained"]]
+    assert r["argv"] == commands.update_nodes(nodes, "DRAIN", "slurmkit: recorded drain")
+    for cluster in ("alpha", "beta"):
+        r = recorded(cluster, "sacct")
+        ids = [r["jobs"][k] for k in ("ok", "failed", "cancelled", "running", "held")]
+        assert r["argv"] == commands.sacct(ids + ["999999"])
+        assert recorded(cluster, "squeue-parsable")["argv"] == commands.squeue_parsable(ids + ["999999"])
+        assert recorded(cluster, "squeue-json")["argv"] == commands.squeue_json(ids + ["999999"])
+        assert recorded(cluster, "config")["argv"] == commands.show_config()
 
 
 def test_update_nodes_keeps_the_reason_one_argument():
@@ -61,18 +64,24 @@ def test_show_nodes_names_one_hostlist():
 
 # ------------------------------------------------------------------ nodes and reasons
 
-def test_drained_down_and_draining_nodes_with_reason_user_and_time():
-    nodes = {n.name: n for n in parsers.parse_nodes(recorded("alpha", "nodes-drained")["stdout"])}
-    when = datetime(2026, 11, 30, 15, 7, 50)
-    # an1 ran a job while drained: it keeps running (MIXED), takes nothing new (DRAIN)
-    assert nodes["an1"].state == "MIXED+DRAIN"
-    assert (nodes["an1"].reason, nodes["an1"].reason_user) == ("slurmkit: recorded drain", "root")
-    assert nodes["an1"].reason_time.replace(second=0) == when.replace(second=0)
-    assert nodes["an4"].state == "IDLE+DRAIN" and nodes["an4"].reason == "slurmkit: recorded drain"
-    assert nodes["an3"].state == "DOWN" and nodes["an3"].reason == "recorded down by an admin"
-    assert nodes["an2"].state == "IDLE"
-    assert (nodes["an2"].reason, nodes["an2"].reason_user, nodes["an2"].reason_time) == ("", "", None)
-    assert not any(nodes[n].usable for n in ("an1", "an3", "an4")) and nodes["an2"].usable
+@pytest.mark.parametrize("cluster", ["alpha", "beta"])
+def test_drained_down_and_draining_nodes_with_reason_user_and_time(cluster):
+    r = recorded(cluster, "nodes-drained")
+    role = r["nodes"]
+    nodes = {n.name: n for n in parsers.parse_nodes(r["stdout"])}
+    draining, drained, down = nodes[role["draining"]], nodes[role["drained"]], nodes[role["down"]]
+    # the draining node still runs its job (MIXED) but takes nothing new (DRAIN)
+    assert draining.state == "MIXED+DRAIN"
+    assert (draining.reason, draining.reason_user) == ("slurmkit: recorded drain", "root")
+    assert drained.state == "IDLE+DRAIN" and drained.reason == "slurmkit: recorded drain"
+    assert down.state == "DOWN" and down.reason == "recorded down by an admin" and down.reason_user == "root"
+    # scontrol's [user@time] suffix: the drain was set during the recording (all three within seconds)
+    assert abs((drained.reason_time - down.reason_time).total_seconds()) < 60
+    assert drained.reason_time.year >= 2024
+    assert not any(n.usable for n in (draining, drained, down))
+    for name in filter(None, role["untouched"].split(",")):
+        assert nodes[name].usable and (nodes[name].reason, nodes[name].reason_user) == ("", "")
+        assert nodes[name].reason_time is None
 
 
 def test_one_node_by_name():
@@ -134,10 +143,13 @@ def test_sacct_maps_into_the_fields_squeue_fills():
     assert jobs["cancelled"].state == "CANCELLED"            # not "CANCELLED by 0"
     assert jobs["cancelled"].nodelist == ""                   # not "None assigned"
     assert jobs["held"].start_time is None                    # "Unknown"
-    for role in ("ok", "failed", "cancelled", "running"):
+    for role in ("ok", "failed", "cancelled", "running", "held"):
         a, b = jobs[role], squeue[role]
-        assert (a.job_id, a.name, a.state, a.partition, a.node_count, a.nodelist, a.time_limit, a.user) == \
-               (b.job_id, b.name, b.state, b.partition, b.node_count, b.nodelist, b.time_limit, b.user), role
+        assert (a.job_id, a.name, a.state, a.partition, a.node_count, a.nodelist, a.time_limit, a.user,
+                a.exit_code, a.signal) == \
+               (b.job_id, b.name, b.state, b.partition, b.node_count, b.nodelist, b.time_limit, b.user,
+                b.exit_code, b.signal), role
+    assert jobs["failed"].exit_code == 3 and jobs["ok"].exit_code == 0
     assert "999999" not in {j.job_id for j in parsers.parse_sacct(r["stdout"])}
 
 
