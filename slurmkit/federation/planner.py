@@ -18,18 +18,24 @@ its own (locally or over SSH to its login node) and:
    been created, slurmkit never moves on to another cluster: it retries the
    same one with the same token, which the cluster-side submit-once wrapper
    turns into "report the existing job".
+
+The estimates are collected as a :class:`~slurmkit.results.GroupResult`
+(cluster -> candidates, or the error that made it unreachable), and when no
+cluster takes the job the error is a :class:`~slurmkit.results.GroupError`
+naming why each one did not.  ``Candidate.skip`` is the label the
+``--explain`` table and the JSON show for each of them.
 """
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
 from slurmkit.jobs import JobRef, Submission, job_with_token, new_token, prepare
+from slurmkit.results import GroupError, GroupResult, each
 from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Partition, Site
@@ -143,7 +149,12 @@ def _is_unreachable(exc: SlurmkitError) -> bool:
 
 def _estimate_cluster(session: Session, spec: JobSpec, cluster: Cluster, order: int, parts: List[Partition],
                       cooldown: Cooldown) -> List[Candidate]:
-    """Render and ``sbatch --test-only`` each eligible partition of one cluster."""
+    """Render and ``sbatch --test-only`` each eligible partition of one cluster.
+
+    A partition the cluster refuses is a candidate skipped as "refused"; a
+    cluster that cannot be reached raises (after noting the failure for the
+    cool-down): its other partitions would fail the same way.
+    """
     out = []
     for part in parts:
         try:
@@ -154,15 +165,21 @@ def _estimate_cluster(session: Session, spec: JobSpec, cluster: Cluster, order: 
         except SlurmkitError as exc:
             if _is_unreachable(exc):
                 cooldown.failure(cluster.name, str(exc))
-                # The cluster is down: its other partitions would fail the same way.
-                return out + [Candidate(cluster.name, p.name, order, reason=str(exc), skip="unreachable")
-                              for p in parts[len(out):]]
+                raise
             out.append(Candidate(cluster.name, part.name, order, reason=str(exc), skip="refused"))
             continue
         cooldown.success(cluster.name)
         out.append(Candidate(cluster.name, part.name, order, estimate=estimate.start,
                              price=price_at(cluster, estimate.start), rendered=rendered))
     return out
+
+
+def estimates(session: Session, spec: JobSpec, work: Sequence[Tuple[Cluster, int, List[Partition]]],
+              cooldown: Cooldown, max_workers: int = 8) -> GroupResult:
+    """cluster -> its candidates, or the error that made it unreachable; clusters asked in parallel."""
+    by_name = {cluster.name: (cluster, order, parts) for cluster, order, parts in work}
+    return each(by_name, lambda name: _estimate_cluster(session, spec, *by_name[name], cooldown),
+                max_workers=max_workers)
 
 
 def plan(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = None, partition: Optional[str] = None,
@@ -190,10 +207,14 @@ def plan(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = No
             continue
         work.append((cluster, order, parts))
     results: List[Candidate] = []
-    if work:
-        with ThreadPoolExecutor(max_workers=min(max_workers, len(work))) as pool:
-            for found in pool.map(lambda w: _estimate_cluster(session, spec, w[0], w[1], w[2], cooldown), work):
-                results.extend(found)
+    asked = estimates(session, spec, work, cooldown, max_workers)
+    for cluster, order, parts in work:
+        outcome = asked[cluster.name]
+        if isinstance(outcome, SlurmkitError):
+            results.extend(Candidate(cluster.name, p.name, order, reason=str(outcome), skip="unreachable")
+                           for p in parts)
+        else:
+            results.extend(outcome)
     viable = sorted((c for c in results if c.viable), key=Candidate.rank_key)
     rest = sorted((c for c in results + skipped if not c.viable), key=lambda c: c.order)
     return viable + rest
@@ -204,7 +225,7 @@ def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callab
     backend = session.backend(candidate.cluster)
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         try:
-            if attempt > 1 and not getattr(backend, "submit_once", False):
+            if attempt > 1 and not backend.submit_once:
                 # Without the cluster-side wrapper, look for the token ourselves first.
                 existing = job_with_token(backend, token)
                 if existing is not None:
@@ -235,7 +256,7 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
     if dry_run:
         return Placement(None, tuple(candidates))
-    failovers: List[Tuple[str, str]] = []
+    failed: List[Tuple[str, SlurmkitError]] = []    # (cluster, why submitting there failed), in order
     for candidate in (c for c in candidates if c.viable):
         try:
             submission = _submit_to(session, candidate, token, sleep)
@@ -244,13 +265,28 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
                 raise
             if _is_unreachable(exc):
                 cooldown.failure(candidate.cluster, str(exc))
-            failovers.append((candidate.cluster, str(exc)))
+            failed.append((candidate.cluster, exc))
             continue
         cooldown.success(candidate.cluster)
-        return Placement(submission, tuple(candidates), tuple(failovers))
-    reasons = ["%s: %s" % (c, r) for c, r in failovers] + \
-              ["%s%s: %s" % (c.cluster, "/" + c.partition if c.partition else "", c.reason)
-               for c in candidates if not c.viable]
-    if not failovers and all(c.skip == "ineligible" for c in candidates):
-        raise JobDoesNotFitError("the job fits no cluster: " + "; ".join(reasons))
-    raise SlurmkitError("no cluster took the job: " + "; ".join(reasons))
+        return Placement(submission, tuple(candidates), tuple((c, str(e)) for c, e in failed))
+    if not failed and all(c.skip == "ineligible" for c in candidates):
+        raise JobDoesNotFitError("the job fits no cluster: " + "; ".join(
+            "%s: %s" % (key, reason) for key, reason in _skips(candidates)))
+    outcomes = failed + [(key, SlurmkitError(reason)) for key, reason in _skips(candidates)]
+    raise GroupError(GroupResult(_unique(outcomes)), "no cluster took the job")
+
+
+def _skips(candidates: Sequence[Candidate]) -> List[Tuple[str, str]]:
+    """("cluster/partition", why) for every candidate that was not tried."""
+    return [("%s%s" % (c.cluster, "/" + c.partition if c.partition else ""), c.reason or "")
+            for c in candidates if not c.viable]
+
+
+def _unique(pairs: List[Tuple[str, SlurmkitError]]) -> List[Tuple[str, SlurmkitError]]:
+    # Two partitions of one cluster may both fail at submission: keep both, told apart.
+    seen: Dict[str, int] = {}
+    out = []
+    for key, error in pairs:
+        seen[key] = seen.get(key, 0) + 1
+        out.append((key if seen[key] == 1 else "%s (%d)" % (key, seen[key]), error))
+    return out

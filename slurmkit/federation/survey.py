@@ -10,23 +10,24 @@ cluster is far away or broken.  The usual three parts:
   lines and reports each one's exit status, on stdout and on stderr.
 - :func:`parse_probe` (pure): that output -> :class:`ClusterStatus`, with
   the ordinary parsers of :mod:`slurmkit.slurm.parsers`.
-- :func:`probe_cluster` runs it through the cluster backend's runner and
-  turns every slurmkit error (SSH refused, unknown host key, timeout,
-  slurmctld down, bad config) into ``reachable=False`` with the error's
-  message as ``reason``; :func:`probe_all` probes many clusters in parallel.
-
-:func:`login_host_key` / :func:`trust_login_key` serve ``slurmkit site
-trust``: fetch a login node's host key (with where it is already trusted)
-and, once the user has seen the fingerprint, add it to the known_hosts file.
+- :func:`probe_cluster` runs it through the cluster backend's runner; a
+  cluster that cannot be probed (SSH refused, unknown host key, timeout,
+  slurmctld down, bad config) raises :class:`ProbeError`, which carries the
+  row to show for it (``reachable=False``, the reason, and what was measured
+  on the way).
+- :func:`survey` probes many clusters in parallel and returns the one
+  per-cluster shape of the package, a :class:`~slurmkit.results.GroupResult`
+  (name -> ClusterStatus, or the ProbeError); :func:`probe_all` is its
+  table: one ClusterStatus per cluster, unreachable ones included.
 """
 
 import shlex
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError
+from slurmkit.results import GroupResult, each
 from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.types import NodeInfo
 
@@ -108,6 +109,20 @@ class ClusterStatus:
 
 def unreachable(name: str, reason: str, version: Optional[str] = None) -> ClusterStatus:
     return ClusterStatus(name=name, reachable=False, reason=_one_line(reason), version=version)
+
+
+class ProbeError(SlurmkitError):
+    """A cluster could not be probed.  The message is the reason (one line).
+
+    ``status`` is the row ``slurmkit clusters`` shows for it: unreachable,
+    with the version if ``scontrol --version`` answered, the time the probe
+    took and how the cluster was reached.  ``__cause__`` is the original
+    error (RemoteError, HostKeyError, ...) when one was raised.
+    """
+
+    def __init__(self, status: ClusterStatus):
+        super().__init__(status.reason)
+        self.status = status
 
 
 def _one_line(text: str) -> str:
@@ -263,13 +278,11 @@ def _accelerator_gres(cluster) -> Tuple[str, ...]:
     return tuple(names)
 
 
-def probe_timeout(cluster, runner=None) -> float:
-    """min(command timeout of the way in, 15 s): a probe never waits like a submission."""
+def probe_timeout(cluster) -> float:
+    """min(command timeout of the login node, 15 s): a probe never waits like a submission."""
     if cluster.login is not None:
-        limit = cluster.login.command_timeout
-    else:
-        limit = getattr(runner, "default_timeout", None) or MAX_PROBE_TIMEOUT_S
-    return min(float(limit), MAX_PROBE_TIMEOUT_S)
+        return min(float(cluster.login.command_timeout), MAX_PROBE_TIMEOUT_S)
+    return MAX_PROBE_TIMEOUT_S
 
 
 def _via(cluster, runner=None) -> str:
@@ -299,35 +312,40 @@ def _probe_backend(backend, name: str, gres: Tuple[str, ...]) -> ClusterStatus:
 
 
 def probe_cluster(session, name: str, clock: Callable[[], float] = time.monotonic) -> ClusterStatus:
-    """Probe one cluster of ``session``'s site; never raises for an unreachable one.
+    """Probe one cluster of ``session``'s site: its status, or :class:`ProbeError`.
 
     An unknown cluster name is the caller's mistake and raises UsageError.
     Every other slurmkit error (RemoteError, HostKeyError, ConnectTimeoutError,
-    SlurmUnavailableError, ConfigError ...) becomes ``reachable=False`` with
-    the error's message as ``reason``.  Bounded in time by the login's
-    connect timeout plus :func:`probe_timeout`.
+    SlurmUnavailableError, ConfigError ...), and a probe whose output says the
+    cluster is not usable, raises ProbeError, whose ``status`` row has the
+    reason.  Bounded in time by the login's connect timeout plus
+    :func:`probe_timeout`.
     """
     cluster = session.site.cluster(name)
     gres = _accelerator_gres(cluster)
     via = ""
     started = clock()
+    cause = None
     try:
         via = _via(cluster)
         backend = session.backend(cluster.name)
-        runner = getattr(backend, "runner", None)
+        runner = backend.runner
         if runner is None:
             status = _probe_backend(backend, cluster.name, gres)
         else:
             via = _via(cluster, runner)
-            result = runner.run(probe_argv(), timeout=probe_timeout(cluster, runner))
+            result = runner.run(probe_argv(), timeout=probe_timeout(cluster))
             status = parse_probe(result.stdout, result.stderr, result.returncode, cluster.name, gres)
     except SlurmkitError as exc:
-        status = unreachable(cluster.name, str(exc))
-    return replace(status, rtt_ms=round((clock() - started) * 1000.0, 1), via=via)
+        status, cause = unreachable(cluster.name, str(exc)), exc
+    status = replace(status, rtt_ms=round((clock() - started) * 1000.0, 1), via=via)
+    if not status.reachable:
+        raise ProbeError(status) from cause
+    return status
 
 
-def probe_all(session, names: Optional[Sequence[str]] = None, max_workers: int = 8) -> List[ClusterStatus]:
-    """Probe clusters in parallel threads; results in site order.
+def survey(session, names: Optional[Sequence[str]] = None, max_workers: int = 8) -> GroupResult:
+    """Probe clusters in parallel threads: name -> ClusterStatus, or its ProbeError, in site order.
 
     ``names`` defaults to every cluster of the site; an unknown name raises
     UsageError before anything is probed.  The total time is about that of
@@ -339,8 +357,15 @@ def probe_all(session, names: Optional[Sequence[str]] = None, max_workers: int =
     else:
         chosen = {site.cluster(n).name for n in names}
         wanted = [n for n in site.clusters if n in chosen]
-    if not wanted:
-        return []
-    workers = max(1, min(int(max_workers), len(wanted)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slurmkit-probe") as pool:
-        return list(pool.map(lambda n: probe_cluster(session, n), wanted))
+    return each(wanted, lambda n: probe_cluster(session, n), max_workers=max_workers,
+                thread_name_prefix="slurmkit-probe")
+
+
+def rows(result: GroupResult) -> List[ClusterStatus]:
+    """One ClusterStatus per cluster of a :func:`survey`: unreachable ones as their error's row."""
+    return [outcome.status if isinstance(outcome, ProbeError) else outcome for outcome in result.values()]
+
+
+def probe_all(session, names: Optional[Sequence[str]] = None, max_workers: int = 8) -> List[ClusterStatus]:
+    """The table of :func:`survey`: one row per cluster, in site order (``slurmkit clusters``)."""
+    return rows(survey(session, names, max_workers))

@@ -107,3 +107,97 @@ def test_cooldown_is_off_when_the_state_dir_is_not_private(tmp_path, monkeypatch
     assert cd.path is None
     cd.failure("alpha", "x")
     assert cd.check("alpha") is None
+
+
+# ------------------------------------------------------------------ submitting, with a fake Slurm per cluster
+#
+# The rule that matters most: once an answer is lost after sbatch may have run, the job may exist
+# on that cluster, so slurmkit retries *that* cluster with the same token and never fails over
+# (which could start the job twice).  Failing over is only for errors that prove nothing ran.
+
+from slurmkit.errors import ConnectTimeoutError, RemoteError, SlurmkitError  # noqa: E402
+from slurmkit.results import GroupError  # noqa: E402
+from slurmkit.slurm import commands  # noqa: E402
+from slurmkit.testing import FakeClock, FakeSlurm, fake_session  # noqa: E402
+
+FED_SPEC = JobSpec(command=("python", "train.py"), nodes=1, gpus_per_node=1, time="00:10:00")
+
+
+def _federation(tmp_path, submit_once=True):
+    clusters = {name: FakeSlurm(name, nodes=[name[0] + "n1"], submit_once=submit_once) for name in ("alpha", "beta")}
+    return clusters, fake_session(**clusters), Cooldown(tmp_path / "cd.json", threshold=1), FakeClock()
+
+
+def lost():
+    return ConnectTimeoutError("the login node of alpha did not answer within 60s").outcome_unknown()
+
+
+@pytest.mark.parametrize("submit_once", [True, False])
+def test_a_lost_answer_is_retried_on_the_same_cluster_only(tmp_path, submit_once):
+    (fakes, session, cooldown, clock) = _federation(tmp_path, submit_once)
+    fakes["alpha"].fail_next("submit", lost())            # sbatch ran; its answer never came back
+    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+    assert placement.submission.ref == planner.JobRef("alpha", "1000")
+    assert placement.failovers == ()
+    assert list(fakes["alpha"].table) == ["1000"]          # one job, not two
+    assert "submit" not in fakes["beta"].methods_called()  # never failed over
+    assert clock.sleeps == [2.0]
+    if submit_once:   # the cluster-side wrapper reports the job that carries the token
+        assert fakes["alpha"].methods_called() == ["estimate_start", "submit", "submit"]
+        assert not placement.submission.existed
+    else:             # without it, slurmkit looks for the token itself before submitting again
+        assert fakes["alpha"].methods_called() == ["estimate_start", "submit", "find_by_token"]
+        assert placement.submission.existed
+
+
+def test_answers_lost_every_time_stop_without_failing_over(tmp_path):
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    for _ in range(planner.SUBMIT_ATTEMPTS):
+        fakes["alpha"].fail_next("submit", lost())
+    with pytest.raises(SlurmkitError) as caught:
+        planner.submit_best(session, FED_SPEC._replace(token="t-1"), cooldown=cooldown, sleep=clock.sleep)
+    error = caught.value
+    assert error.may_have_run
+    assert "may have been created on cluster alpha" in str(error) and "--token t-1 --cluster alpha" in str(error)
+    assert fakes["alpha"].methods_called().count("submit") == planner.SUBMIT_ATTEMPTS
+    assert fakes["beta"].methods_called() == ["estimate_start"]
+    assert list(fakes["alpha"].table) == ["1000"]          # the wrapper never made a second job
+    assert clock.sleeps == [2.0, 4.0]
+
+
+def test_an_error_that_proves_nothing_ran_fails_over(tmp_path):
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    fakes["alpha"].fail_next("submit", RemoteError("cannot reach login node of alpha: Connection refused"))
+    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+    assert placement.submission.ref.cluster == "beta"
+    assert placement.failovers == (("alpha", "cannot reach login node of alpha: Connection refused"),)
+    assert fakes["alpha"].table == {} and list(fakes["beta"].table) == ["1000"]
+    assert cooldown.check("alpha") is not None             # a cluster that keeps failing is skipped for a while
+    assert clock.sleeps == []
+
+
+def test_no_cluster_taking_the_job_is_one_error_naming_each(tmp_path):
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    fakes["alpha"].fail_next("submit", RemoteError("alpha: Connection refused"))
+    fakes["beta"].answer(["sh", "-c", commands.SUBMIT_ONCE_SCRIPT], returncode=1,
+                         stderr="sbatch: error: Batch job submission failed: "
+                                "Invalid account or account/partition combination\n")
+    with pytest.raises(GroupError) as caught:
+        planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+    assert str(caught.value) == ("no cluster took the job: alpha: alpha: Connection refused; beta: sbatch failed on "
+                                 "cluster beta: Batch job submission failed: Invalid account or account/partition "
+                                 "combination")
+    assert caught.value.exit_code == 1 and not caught.value.may_have_run
+    assert set(caught.value.errors) == {"alpha", "beta"}
+
+
+def test_an_unreachable_cluster_is_a_skipped_candidate_with_its_reason(tmp_path):
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    fakes["alpha"].answer(["sh", "-c"], error=RemoteError("cannot reach login node of alpha"))
+    candidates = planner.plan(session, FED_SPEC._replace(token="t"), cooldown=cooldown)
+    assert [(c.cluster, c.skip, c.reason) for c in candidates] == [
+        ("beta", None, None), ("alpha", "unreachable", "cannot reach login node of alpha")]
+    estimates = planner.estimates(session, FED_SPEC._replace(token="t"),
+                                  [(session.site.clusters["alpha"], 0, list(session.site.clusters["alpha"]
+                                                                           .partitions.values()))], cooldown)
+    assert list(estimates.failed) == ["alpha"]

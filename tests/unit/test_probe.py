@@ -23,8 +23,10 @@ from slurmkit.remote import connect, known_hosts
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Defaults, LoginNode, Partition, Site
 from slurmkit.slurm.parsers import parse_nodes
-from slurmkit.slurm.runner import CommandResult, Runner
+from slurmkit.results import GroupResult
+from slurmkit.slurm.backend import SlurmBackend
 from slurmkit.slurm.types import JobInfo
+from slurmkit.testing import FakeSlurm
 
 DATA = Path(__file__).resolve().parent / "data" / "probe"
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,54 +193,37 @@ def make_site(names=("alpha", "beta", "gamma"), login=True, command_timeout=60.0
     return Site(name="test", path="/dev/null", clusters=clusters, defaults=Defaults(cluster=names[0]))
 
 
-class RecordedRunner(Runner):
-    """Answers the probe with a recording, after ``delay`` seconds; remembers the timeout it got."""
-
-    def __init__(self, recording, delay=0.0, error=None, where="ssh root@h:2222"):
-        self.recording, self.delay, self.error, self.where = recording, delay, error, where
-        self.calls = []
-
-    def run(self, argv, stdin=None, timeout=None):
-        self.calls.append((tuple(argv), timeout))
-        time.sleep(self.delay)
-        if self.error is not None:
-            raise self.error
-        r = recorded(self.recording)
-        return CommandResult(tuple(argv), r["returncode"], r["stdout"], r["stderr"])
-
-    def describe(self):
-        return self.where
+def answering(name, recording, delay=0.0, error=None):
+    """A FakeSlurm whose runner answers the probe command with a recording (or raises ``error``)."""
+    slurm = FakeSlurm(name)
+    r = recorded(recording)
+    slurm.answer(survey.probe_argv(), r["stdout"], r["stderr"], r["returncode"], delay=delay, error=error)
+    return slurm
 
 
-class Backend:
-    def __init__(self, runner):
-        self.runner = runner
-
-    def close(self):
-        pass
-
-
-def session_with(runners, site=None):
-    site = site or make_site(tuple(runners))
-    return Session(site, backend_factory=lambda cluster: Backend(runners[cluster.name]))
+def session_with(backends, site=None):
+    site = site or make_site(tuple(backends))
+    return Session(site, backend_factory=lambda cluster: backends[cluster.name])
 
 
 def test_probe_cluster_measures_and_says_how_it_got_there(monkeypatch):
     monkeypatch.setenv("SLURMKIT_VIA", "ssh")
-    runner = RecordedRunner("beta-22.05.json")
+    beta = answering("beta", "beta-22.05.json")
     ticks = iter([10.0, 10.25])
-    status = survey.probe_cluster(session_with({"beta": runner}), "beta", clock=lambda: next(ticks))
+    status = survey.probe_cluster(session_with({"beta": beta}), "beta", clock=lambda: next(ticks))
     assert status.reachable and status.nodes_total == 3
     assert status.rtt_ms == 250.0
-    assert status.via == "ssh root@h:2222"
-    assert runner.calls == [(tuple(survey.probe_argv()), 15.0)]   # min(command_timeout 60, 15)
+    assert status.via == "ssh root@127.0.1.2:2222"                # beta is the first cluster of this site
+    assert beta.commands == [tuple(survey.probe_argv())]          # one command, one round trip
+    assert beta.timeouts == [15.0]                                # min(command_timeout 60, 15)
 
 
 def test_probe_timeout_follows_a_shorter_command_timeout():
     site = make_site(("beta",), command_timeout=5.0)
-    runner = RecordedRunner("beta-22.05.json")
-    survey.probe_cluster(session_with({"beta": runner}, site), "beta")
-    assert runner.calls[0][1] == 5.0
+    beta = answering("beta", "beta-22.05.json")
+    survey.probe_cluster(session_with({"beta": beta}, site), "beta")
+    assert beta.timeouts == [5.0]
+    assert survey.probe_timeout(make_site(("beta",), login=False).clusters["beta"]) == 15.0
 
 
 @pytest.mark.parametrize("error", [
@@ -249,29 +234,40 @@ def test_probe_timeout_follows_a_shorter_command_timeout():
     SlurmUnavailableError("scontrol not found on the login node of beta"),
     ConfigError("identity_file /nope of cluster beta does not exist;\n fix the path"),
 ])
-def test_every_slurmkit_error_becomes_unreachable(error):
-    status = survey.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json", error=error)}), "beta")
+def test_every_slurmkit_error_becomes_a_probe_error_with_its_row(error):
+    with pytest.raises(survey.ProbeError) as caught:
+        survey.probe_cluster(session_with({"beta": answering("beta", "beta-22.05.json", error=error)}), "beta")
+    status = caught.value.status
     assert not status.reachable
-    assert status.reason == " ".join(str(error).split())        # one line
+    assert status.reason == str(caught.value) == " ".join(str(error).split())        # one line
     assert status.name == "beta" and status.rtt_ms >= 0
+    assert caught.value.__cause__ is error                       # the original error, for callers that care
+
+
+def test_a_controller_that_is_down_is_a_probe_error_too():
+    with pytest.raises(survey.ProbeError) as caught:
+        survey.probe_cluster(session_with({"alpha": answering("alpha", "ctld-down-22.05.json")}), "alpha")
+    assert caught.value.status.version == "22.05.8"              # scontrol --version answered
+    assert "scontrol ping" in str(caught.value) and caught.value.__cause__ is None
 
 
 def test_backend_that_cannot_even_be_created_is_unreachable(monkeypatch):
     monkeypatch.setenv("SLURMKIT_VIA", "ssh")
     site = make_site(("alpha",), login=False)
-    status = survey.probe_cluster(Session(site), "alpha")     # SLURMKIT_VIA=ssh without a login node
-    assert not status.reachable and "has no login node" in status.reason
+    with pytest.raises(survey.ProbeError, match="has no login node"):  # SLURMKIT_VIA=ssh without a login node
+        survey.probe_cluster(Session(site), "alpha")
 
 
 def test_unknown_cluster_is_a_usage_error_not_an_unreachable_one():
+    session = session_with({"beta": answering("beta", "beta-22.05.json")})
     with pytest.raises(UsageError, match="choose one of: beta"):
-        survey.probe_cluster(session_with({"beta": RecordedRunner("beta-22.05.json")}), "nope")
+        survey.probe_cluster(session, "nope")
     with pytest.raises(UsageError):
-        survey.probe_all(session_with({"beta": RecordedRunner("beta-22.05.json")}), ["beta", "nope"])
+        survey.survey(session, ["beta", "nope"])
 
 
-class PyslurmLike:
-    """A backend without a runner: answers through its own calls."""
+class PyslurmLike(SlurmBackend):
+    """A backend without a runner (the interface's default): answers through its own calls."""
 
     def __init__(self):
         r = recorded("alpha-busy-22.05.json")["stdout"]
@@ -289,9 +285,6 @@ class PyslurmLike:
     def jobs(self, job_ids=None, user=None):
         return [JobInfo("1", "a", "PENDING"), JobInfo("2", "b", "RUNNING"), JobInfo("3", "c", "PENDING")]
 
-    def close(self):
-        pass
-
 
 def test_backend_without_runner_falls_back_to_its_calls():
     site = make_site(("alpha",), login=False)
@@ -301,40 +294,52 @@ def test_backend_without_runner_falls_back_to_its_calls():
     assert status.accelerators == {"gpu:h100": {"total": 32, "idle": 30}}
 
 
-def test_probe_all_is_parallel_and_in_site_order():
-    runners = {"alpha": RecordedRunner("alpha-22.05.json", delay=0.6),
-               "beta": RecordedRunner("beta-22.05.json", delay=0.6),
-               "gamma": RecordedRunner("gamma-22.05.json", delay=0.6,
-                                       error=RemoteError("cannot reach login node of gamma"))}
+def test_survey_is_parallel_in_site_order_and_one_result_per_cluster():
+    down = RemoteError("cannot reach login node of gamma")
+    backends = {"alpha": answering("alpha", "alpha-22.05.json", delay=0.6),
+                "beta": answering("beta", "beta-22.05.json", delay=0.6),
+                "gamma": answering("gamma", "gamma-22.05.json", delay=0.6, error=down)}
     started = time.monotonic()
-    statuses = survey.probe_all(session_with(runners))
+    result = survey.survey(session_with(backends))
     elapsed = time.monotonic() - started
-    assert [s.name for s in statuses] == ["alpha", "beta", "gamma"]
-    assert [s.reachable for s in statuses] == [True, True, False]
+    assert isinstance(result, GroupResult)
+    assert list(result) == ["alpha", "beta", "gamma"]
+    assert list(result.succeeded) == ["alpha", "beta"] and list(result.failed) == ["gamma"]
+    assert result["alpha"].nodes_total == 4 and result["gamma"].__cause__ is down
     assert elapsed < 1.5, "3 probes of 0.6 s took %.2f s: not parallel" % elapsed
+    # the table: one row per cluster, the unreachable one with its reason
+    rows = survey.rows(result)
+    assert [(s.name, s.reachable) for s in rows] == [("alpha", True), ("beta", True), ("gamma", False)]
+    assert rows[2].reason == "cannot reach login node of gamma"
     # names: a subset, any order, duplicates collapse; results still in site order
-    assert [s.name for s in survey.probe_all(session_with(runners), ["gamma", "alpha", "gamma"])] == ["alpha", "gamma"]
-    assert survey.probe_all(session_with(runners), []) == []
+    backends = {n: answering(n, "%s-22.05.json" % n) for n in ("alpha", "beta", "gamma")}
+    assert [s.name for s in survey.probe_all(session_with(backends), ["gamma", "alpha", "gamma"])] == \
+        ["alpha", "gamma"]
+    assert survey.probe_all(session_with(backends), []) == []
 
 
-def test_probe_all_uses_at_most_max_workers_threads():
+def test_survey_uses_at_most_max_workers_threads():
     active, peak, lock = [0], [0], threading.Lock()
 
-    class Counting(RecordedRunner):
-        def run(self, argv, stdin=None, timeout=None):
+    class Counting(FakeSlurm):
+        def _command(self, argv, stdin, timeout):
             with lock:
                 active[0] += 1
                 peak[0] = max(peak[0], active[0])
             try:
-                return super().run(argv, stdin, timeout)
+                return super()._command(argv, stdin, timeout)
             finally:
                 with lock:
                     active[0] -= 1
 
     names = tuple("c%d" % i for i in range(6))
-    runners = {n: Counting("beta-22.05.json", delay=0.1) for n in names}
-    statuses = survey.probe_all(session_with(runners, make_site(names)), max_workers=2)
-    assert len(statuses) == 6 and all(s.reachable for s in statuses)
+    backends = {}
+    for n in names:
+        backends[n] = Counting(n)
+        r = recorded("beta-22.05.json")
+        backends[n].answer(survey.probe_argv(), r["stdout"], r["stderr"], r["returncode"], delay=0.1)
+    result = survey.survey(session_with(backends, make_site(names)), max_workers=2)
+    assert len(result) == 6 and result.ok
     assert peak[0] == 2
 
 
