@@ -25,7 +25,8 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from slurmkit.errors import ConfigError
 from slurmkit.site import schema
-from slurmkit.site.model import (Cluster, Defaults, Fabric, LoginNode, Partition, PriceWindow, RoceSettings,
+from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
+                                 HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RoceSettings,
                                  Site)
 from slurmkit.site.schema import INVALID
 
@@ -468,7 +469,8 @@ def _build_site(value, path):
     return Site(
         name=value["site"],
         path=path,
-        clusters={name: _build_cluster(name, cluster) for name, cluster in value["clusters"].items()},
+        clusters={name: _build_cluster(name, cluster, value["health"])
+                  for name, cluster in value["clusters"].items()},
         defaults=Defaults(**{key: defaults[key] for key in schema.DEFAULTS["keys"] if key in defaults}),
         max_switch_wait=value["topology"]["max_switch_wait"],
         rendezvous_ports=schema.parse_port_range(value["rendezvous"]["ports"]),
@@ -476,10 +478,43 @@ def _build_site(value, path):
         setup=tuple(value["setup"]),
         template_dirs=tuple(value["template_dirs"]),
         description=value["description"],
+        health=_build_health_settings(value["health"]),
     )
 
 
-def _build_cluster(name, value):
+def _build_health_settings(value):
+    return HealthSettings(
+        resume_after=value["resume_after"], drain_cap=value["drain_cap"], fanout=value["fanout"],
+        node_timeout=float(value["node_timeout"]), check_timeout=float(value["check_timeout"]),
+        state_dir=value.get("state_dir"))
+
+
+def _build_cluster_health(site_health, value):
+    """The cluster's own ``health.command`` and ``health.ssh`` keys over the site's."""
+    ssh = dict(site_health.get("ssh") or {})
+    ssh.update(value.get("ssh") or {})
+    if ssh.get("connect_timeout") is not None:
+        ssh["connect_timeout"] = float(ssh["connect_timeout"])
+    return ClusterHealth(command=tuple(value.get("command") or site_health["command"]), ssh=HealthSsh(**ssh))
+
+
+def _build_partition_health(value):
+    if value is None:
+        return HealthChecks()
+    fields = dict(value)
+    for key in ("skip", "daemons", "fatal_xids", "ib_ports"):
+        if key in fields:
+            fields[key] = tuple(fields[key])
+    if "mounts" in fields:
+        fields["mounts"] = tuple(HealthMount(**mount) for mount in fields["mounts"])
+    for key in ("memory_tolerance_percent", "max_swap_used_percent", "warn_load_per_core", "max_load_per_core",
+                "dstate_seconds", "ib_rate_gbps"):
+        if key in fields:
+            fields[key] = float(fields[key])
+    return HealthChecks(**fields)
+
+
+def _build_cluster(name, value, site_health=None):
     login = value.get("login")
     return Cluster(
         name=name,
@@ -493,6 +528,7 @@ def _build_cluster(name, value):
         max_switch_wait=value.get("max_switch_wait"),
         price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
         default_partition=value.get("default_partition"),
+        health=_build_cluster_health(site_health or {"command": ["slurmkit"]}, value.get("health") or {}),
     )
 
 
@@ -523,6 +559,7 @@ def _build_partition(name, value):
         max_time=None if max_time is None or schema.is_unlimited(max_time) else max_time,
         fabric=_build_fabric(value.get("fabric")),
         gres_name=value.get("gres_name") or schema.DEFAULT_GRES_NAME.get(accelerator),
+        health=_build_partition_health(value.get("health")),
     )
 
 

@@ -31,6 +31,111 @@ class Fabric(NamedTuple):
     env: Dict[str, str] = {}             # extra fabric variables, verbatim (shared default: never mutated)
 
 
+# Node health (slurmkit.health).  Check names as results carry them (a
+# result of a check with instances adds ":INSTANCE", e.g. "mount:/scratch");
+# groups name several at once in a partition's ``health.skip``.
+HEALTH_CHECK_GROUPS = {
+    "host": ("memory", "swap", "load", "mount", "daemon", "dstate"),
+    "gpu": ("nvml", "gpu_count", "gpu_lost", "xid", "ecc", "retired_pages", "remapped_rows", "nvlink",
+            "throttle", "pcie", "stray_processes", "npu_count"),
+    "ib": ("ib_port", "ib_rate", "ib_errors"),
+}
+HEALTH_CHECK_NAMES = tuple(name for names in HEALTH_CHECK_GROUPS.values() for name in names)
+# Xids NVIDIA documents as needing a GPU reset or a reboot (double-bit ECC,
+# GSP and micro-controller halts, NVLink, fallen off the bus, uncontained
+# ECC, row-remap failure); application faults (13, 31, 43, 94) are left out.
+DEFAULT_FATAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 95, 119, 120, 140)
+
+
+class HealthMount(NamedTuple):
+    path: str                            # absolute; "%n" is the node's name
+    mount: bool = False                  # must be a mount point
+    writable: bool = False               # a file can be created and removed
+    max_used_percent: Optional[float] = None
+    timeout: float = 5.0                 # seconds before the mount counts as hung
+
+
+class HealthChecks(NamedTuple):
+    """One partition's health thresholds; None: derived from the partition (or no check)."""
+
+    skip: Tuple[str, ...] = ()
+    memory_mb: Optional[int] = None      # None: the partition's memory_mb
+    memory_tolerance_percent: float = 5.0
+    min_swap_mb: Optional[int] = None
+    max_swap_used_percent: Optional[float] = None
+    warn_load_per_core: Optional[float] = 2.0
+    max_load_per_core: Optional[float] = None
+    daemons: Tuple[str, ...] = ("munged", "slurmd")
+    dstate_seconds: float = 120.0
+    mounts: Tuple[HealthMount, ...] = ()
+    gpus: Optional[int] = None           # None: the partition's gpus_per_node
+    fatal_xids: Tuple[int, ...] = DEFAULT_FATAL_XIDS
+    max_retired_pages: int = 60
+    nvlinks: Optional[int] = None        # None: every link NVML reports must be active
+    stray_gpu_processes: bool = True
+    device_dir: str = "/dev"
+    kernel_log: str = "/dev/kmsg"
+    ib_sysfs: str = "/sys/class/infiniband"
+    ib_ports: Optional[Tuple[str, ...]] = None   # None: the fabric's hcas (infiniband, roce)
+    ib_rate_gbps: Optional[float] = None  # None: every port at the rate of the fastest
+
+    @classmethod
+    def from_plain(cls, data):
+        data = dict(data)
+        for key in ("skip", "daemons", "fatal_xids"):
+            data[key] = tuple(data[key])
+        data["mounts"] = tuple(HealthMount(**m) for m in data["mounts"])
+        if data.get("ib_ports") is not None:
+            data["ib_ports"] = tuple(data["ib_ports"])
+        return cls(**data)
+
+
+class HealthSsh(NamedTuple):
+    """How the sweep reaches nodes; None: the cluster's login setting."""
+
+    port: Optional[int] = None
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    known_hosts: Optional[str] = None
+    proxy_jump: Optional[str] = None
+    connect_timeout: Optional[float] = None
+
+
+class ClusterHealth(NamedTuple):
+    command: Tuple[str, ...] = ("slurmkit",)   # the site's, unless the cluster sets its own
+    ssh: HealthSsh = HealthSsh()               # the cluster's over the site's
+
+
+class HealthSettings(NamedTuple):
+    resume_after: int = 3                # clean checks in a row before a slurmkit drain is resumed
+    drain_cap: object = "10%"            # int, or "N%" of a partition: see parse_drain_cap
+    fanout: int = 32
+    node_timeout: float = 60.0
+    check_timeout: float = 50.0
+    state_dir: Optional[str] = None      # None: $SLURMKIT_STATE_DIR, else ~/.local/state/slurmkit
+
+
+def parse_drain_cap(value):
+    """``(number, None)`` or ``(None, percent)`` from 3, "3" or "10%"; ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError("a drain cap cannot be negative")
+        return value, None
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            share = -1.0
+        if not 0 <= share <= 100:
+            raise ValueError("%r is not a share; use a percentage from 0%% to 100%%, e.g. \"10%%\"" % value)
+        return None, share
+    if text.isdigit():
+        return int(text), None
+    raise ValueError("%r is not a drain cap; use a number of nodes (3) or a share of the partition (\"10%%\")"
+                     % value)
+
+
 class Partition(NamedTuple):
     name: str
     accelerator: str = "none"            # one of ACCELERATORS
@@ -42,6 +147,7 @@ class Partition(NamedTuple):
     max_time: Optional[str] = None       # Slurm time string, None: unlimited
     fabric: Fabric = Fabric()
     gres_name: Optional[str] = None      # Slurm gres name; None: derive ("gpu" nvidia, "npu" ascend)
+    health: HealthChecks = HealthChecks()
 
     @property
     def effective_gres_name(self):
@@ -78,6 +184,7 @@ class Cluster(NamedTuple):
     max_switch_wait: Optional[str] = None  # overrides Site.max_switch_wait
     price_per_gpu_hour: Tuple[PriceWindow, ...] = ()
     default_partition: Optional[str] = None
+    health: ClusterHealth = ClusterHealth()
 
 
 class Defaults(NamedTuple):
@@ -103,6 +210,7 @@ class Site(NamedTuple):
     setup: Tuple[str, ...] = ()          # verbatim setup lines (site-admin trusted)
     template_dirs: Tuple[str, ...] = ()  # searched before the built-in templates
     description: str = ""
+    health: HealthSettings = HealthSettings()
 
     def cluster(self, name=None):
         """The named cluster, else the default, else the only one."""
@@ -152,14 +260,19 @@ def site_from_plain(data: dict) -> Site:
     def partition(p):
         f = p["fabric"]
         fabric = Fabric(**dict(f, hcas=tuple(f["hcas"]), roce=RoceSettings(**f["roce"])))
-        return Partition(**dict(p, fabric=fabric))
+        # data["health"] without a default: a cache entry written before health existed is
+        # a KeyError, which makes the cache load the file again.
+        return Partition(**dict(p, fabric=fabric, health=HealthChecks.from_plain(p["health"])))
 
     def cluster(c):
+        health = ClusterHealth(command=tuple(c["health"]["command"]), ssh=HealthSsh(**c["health"]["ssh"]))
         return Cluster(**dict(c, partitions={n: partition(p) for n, p in c["partitions"].items()},
                               login=LoginNode(**c["login"]) if c["login"] else None,
-                              price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"])))
+                              price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"]),
+                              health=health))
 
     return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),
                        setup=tuple(data["setup"]), template_dirs=tuple(data["template_dirs"]),
-                       rendezvous_ports=tuple(data.get("rendezvous_ports") or Site._field_defaults["rendezvous_ports"])))
+                       rendezvous_ports=tuple(data.get("rendezvous_ports") or Site._field_defaults["rendezvous_ports"]),
+                       health=HealthSettings(**data["health"])))

@@ -46,9 +46,11 @@ Null counts as absent for optional keys, so ``account: null`` is the same as
 leaving ``account`` out.
 """
 
+import difflib
 import re
 
-from slurmkit.site.model import ACCELERATORS, FABRICS
+from slurmkit.site.model import (ACCELERATORS, FABRICS, HEALTH_CHECK_GROUPS, HEALTH_CHECK_NAMES,
+                                 parse_drain_cap)
 
 
 class _Invalid(object):
@@ -360,6 +362,103 @@ FABRIC = {
     "checker": check_fabric,
 }
 
+def check_drain_cap(value):
+    """``"10%"`` or a whole number as text; the integer form is checked by its own spec."""
+    try:
+        parse_drain_cap(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_health_skip(value):
+    known = list(HEALTH_CHECK_NAMES) + list(HEALTH_CHECK_GROUPS)
+    if value not in known:
+        close = difflib.get_close_matches(value, known, n=1)
+        return "unknown check %r%s; checks: %s; groups: %s" % (
+            value, "; did you mean %r?" % close[0] if close else "", ", ".join(HEALTH_CHECK_NAMES),
+            ", ".join(HEALTH_CHECK_GROUPS))
+    return None
+
+
+def check_ib_port(value):
+    # "mlx5_0:1", or "mlx5_0" for port 1; the "=" of an NCCL_IB_HCA entry is allowed.
+    if not re.match(r"^=?[A-Za-z0-9_.-]+(:\d+)?$", value):
+        return "%r is not an HCA port; use NAME:PORT as in /sys/class/infiniband, e.g. \"mlx5_0:1\"" % value
+    return None
+
+
+def check_mount_path(value):
+    if not value.startswith("/"):
+        return "%r must be an absolute path (it is checked on the node, where no other directory is implied)" % value
+    return None
+
+
+# Node health: thresholds per partition (slurmkit.health).  Every key is
+# optional; the documented defaults are slurmkit.site.model.HealthChecks'.
+HEALTH_MOUNT = {
+    "type": "mapping",
+    "keys": {
+        "path": {"type": "str", "required": True, "checker": check_mount_path,
+                 "doc": "absolute path on the node; %n is replaced by the node name"},
+        "mount": {"type": "bool", "default": False, "doc": "must be a mount point (read from the mount table)"},
+        "writable": {"type": "bool", "default": False,
+                     "doc": "a file can be created and removed there (read-only remounts fail)"},
+        "max_used_percent": {"type": "number", "min": 0, "max": 100, "doc": "most disk use allowed"},
+        "timeout": {"type": "number", "default": 5.0, "min": 0.1,
+                    "doc": "seconds the probe may take before the mount counts as hung"},
+    },
+}
+
+HEALTH_CHECKS = {
+    "type": "mapping",
+    "doc": "node health thresholds for this partition's nodes (slurmkit health)",
+    "keys": {
+        "skip": {"type": "list", "items": {"type": "str", "checker": check_health_skip},
+                 "doc": "checks or groups (host, gpu, ib) not to run"},
+        "memory_mb": {"type": "int", "min": 1, "doc": "memory a node must have; default: memory_mb of the partition"},
+        "memory_tolerance_percent": {"type": "number", "min": 0, "max": 100,
+                                     "doc": "how much less memory still passes (the kernel keeps some)"},
+        "min_swap_mb": {"type": "int", "min": 0, "doc": "swap a node must have"},
+        "max_swap_used_percent": {"type": "number", "min": 0, "max": 100, "doc": "most swap use allowed"},
+        "warn_load_per_core": {"type": "number", "min": 0, "doc": "load average per core that warns"},
+        "max_load_per_core": {"type": "number", "min": 0, "doc": "load average per core that fails"},
+        "daemons": {"type": "list", "items": {"type": "str", "checker": check_non_empty},
+                    "doc": "processes that must run"},
+        "dstate_seconds": {"type": "number", "min": 0,
+                           "doc": "a process in D state at two checks this far apart fails; 0: off"},
+        "mounts": {"type": "list", "items": HEALTH_MOUNT, "doc": "paths to probe (present, writable, disk use)"},
+        "gpus": {"type": "int", "min": 0, "doc": "accelerators a node must show; default: gpus_per_node"},
+        "fatal_xids": {"type": "list", "items": {"type": "int", "min": 1},
+                       "doc": "NVIDIA Xid codes in the kernel log that fail the node"},
+        "max_retired_pages": {"type": "int", "min": 0, "doc": "retired GPU memory pages (per GPU) that fail"},
+        "nvlinks": {"type": "int", "min": 0, "doc": "active NVLinks each GPU must have; default: every link"},
+        "stray_gpu_processes": {"type": "bool", "doc": "fail on GPU processes while no job runs on the node"},
+        "device_dir": {"type": "str", "path": True, "doc": "where the accelerator device files are"},
+        "kernel_log": {"type": "str", "path": True, "doc": "kernel log device read for Xid lines"},
+        "ib_sysfs": {"type": "str", "path": True, "doc": "the InfiniBand sysfs class directory"},
+        "ib_ports": {"type": "list", "items": {"type": "str", "checker": check_ib_port},
+                     "doc": "HCA ports that must be ACTIVE/LinkUp; default: the fabric's hcas"},
+        "ib_rate_gbps": {"type": "number", "min": 0, "doc": "the rate every expected port must run at"},
+    },
+}
+
+HEALTH_SSH = {
+    "type": "mapping",
+    "doc": "how the sweep reaches nodes over SSH; unset keys come from the cluster's login",
+    "keys": {
+        "port": {"type": "int", "min": 1, "max": 65535, "doc": "SSH port of the nodes"},
+        "user": {"type": "str", "checker": check_non_empty, "doc": "remote user"},
+        "identity_file": {"type": "str", "path": True, "doc": "private key file"},
+        "known_hosts": {"type": "str", "path": True, "doc": "known_hosts file with the nodes' keys"},
+        "proxy_jump": {"type": "str", "checker": check_proxy_jump, "doc": "bastion, \"user@host:port\""},
+        "connect_timeout": {"type": "number", "min": 0, "doc": "seconds to connect to one node"},
+    },
+}
+
+HEALTH_COMMAND = {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "min_items": 1,
+                  "doc": "how the sweep runs slurmkit on a node, e.g. [/opt/slurmkit/bin/slurmkit]"}
+
 PARTITION = {
     "type": "mapping",
     "doc": "one Slurm partition",
@@ -377,6 +476,7 @@ PARTITION = {
         "max_nodes": {"type": "int", "min": 1, "doc": "most nodes a job may use; absent: no known limit"},
         "max_time": {"type": "time", "doc": "longest job (Slurm time); absent or UNLIMITED: no limit"},
         "fabric": FABRIC,
+        "health": HEALTH_CHECKS,
     },
     "checker": check_partition,
 }
@@ -423,6 +523,8 @@ CLUSTER = {
         },
         "partitions": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
                        "values": PARTITION, "doc": "partition name -> partition"},
+        "health": {"type": "mapping", "doc": "this cluster's health sweep settings (over the site's)",
+                   "keys": {"command": HEALTH_COMMAND, "ssh": HEALTH_SSH}},
     },
     "checker": check_cluster,
 }
@@ -477,6 +579,28 @@ SITE = {
                           "default": [], "doc": "directories searched for templates before the built-in ones"},
         "clusters": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
                      "values": CLUSTER, "doc": "cluster name -> cluster"},
+        "health": {
+            "type": "mapping",
+            "doc": "node health: draining, resuming and sweeping (slurmkit health)",
+            "default": {},
+            "keys": {
+                "resume_after": {"type": "int", "default": 3, "min": 1,
+                                 "doc": "clean checks in a row before slurmkit resumes a node it drained"},
+                "drain_cap": {"type": "one_of", "default": "10%",
+                              "doc": "most nodes of a partition slurmkit keeps drained: a number or \"N%\"",
+                              "alternatives": [{"type": "int", "min": 0},
+                                               {"type": "str", "checker": check_drain_cap}]},
+                "fanout": {"type": "int", "default": 32, "min": 1, "doc": "nodes a sweep checks at once"},
+                "node_timeout": {"type": "number", "default": 60.0, "min": 1,
+                                 "doc": "seconds a sweep gives one node (connection and check)"},
+                "check_timeout": {"type": "number", "default": 50.0, "min": 1,
+                                  "doc": "watchdog of one check, e.g. under slurmd's HealthCheckProgram"},
+                "state_dir": {"type": "str", "path": True,
+                              "doc": "where checks keep what they compare across runs, and the sweep lock"},
+                "command": dict(HEALTH_COMMAND, default=["slurmkit"]),
+                "ssh": HEALTH_SSH,
+            },
+        },
     },
     "checker": check_site,
 }
