@@ -49,6 +49,10 @@ PYSLURM_CACHE ?= $(CURDIR)/.cache/pyslurm
 pyslurm: venv install-system
 	@bash scripts/pyslurm-wheel.sh $(PY) $(PYSLURM_VENDOR) $(PYSLURM_CACHE)
 
+# The pyslurm backend is tested for real (tests/integration/test_pyslurm_backend.py,
+# test_backend_parity.py), and with pyslurm installed the CLI uses it locally.
+test: pyslurm
+
 # The clusters are stopped whatever the tests did; the exit status is the tests'.
 test: venv compile cluster-up
 	@status=0; $(PY) -m pytest -q tests $(PYTEST_ARGS) || status=$$?; \

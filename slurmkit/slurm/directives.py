@@ -9,11 +9,12 @@ from typing import List, Tuple
 
 # sbatch's short options that slurmkit may meet, as long names.
 _SHORT = {"J": "job-name", "p": "partition", "N": "nodes", "n": "ntasks", "c": "cpus-per-task",
-          "t": "time", "A": "account", "q": "qos", "o": "output", "e": "error", "D": "chdir"}
+          "t": "time", "A": "account", "q": "qos", "o": "output", "e": "error", "D": "chdir",
+          "w": "nodelist"}
 # Long options that take a value, and flags, that submit_description maps.
 _WITH_VALUE = frozenset({"job-name", "partition", "nodes", "ntasks", "ntasks-per-node", "cpus-per-task",
                          "time", "account", "qos", "output", "error", "chdir", "comment", "gres",
-                         "gpus-per-node", "mem", "mem-per-cpu"})
+                         "gpus-per-node", "mem", "mem-per-cpu", "nodelist"})
 _FLAGS = frozenset({"exclusive"})
 # Input environment variables of sbatch that do not start with SBATCH_ (src/sbatch/opt.c env_vars).
 SBATCH_INPUT_ENV = frozenset({"SLURM_CLUSTERS", "SLURM_HINT"})

@@ -443,6 +443,10 @@ def submit_description(options: Iterable[Tuple[str, object]]) -> Optional[dict]:
                 kw["memory_per_node"] = value
             elif name == "mem-per-cpu":
                 kw["memory_per_cpu"] = value
+            elif name == "nodelist":
+                if "/" in value:
+                    return None  # sbatch reads the names from that file
+                kw["required_nodes"] = value  # submission.pyx: req_nodes, a hostlist as sbatch sends it
             elif name == "exclusive":
                 kw["resource_sharing"] = "no"  # submission.pxd: "no" is sbatch's --exclusive
             elif name == "gres":
@@ -460,30 +464,63 @@ def submit_description(options: Iterable[Tuple[str, object]]) -> Optional[dict]:
         return None
     if "mem" in seen and "mem-per-cpu" in seen:
         return None
+    # sbatch names a script read from standard input (as CommandBackend
+    # submits) "sbatch", without putting that name in SLURM_JOB_NAME;
+    # pyslurm would leave the name empty.
+    kw.setdefault("name", "sbatch")
     if gres:
         kw["gres_per_node"] = gres
     # pyslurm forces ntasks=1 when unset (_set_defaults); sbatch derives it
     # from --ntasks-per-node (ntasks = min nodes x per node) and otherwise
-    # leaves it to slurmctld, which matters for multi-node jobs.
+    # leaves it unset.  Unset is not the same as 1, even on one node: a job
+    # with a task count gets SLURM_NTASKS and SLURM_NPROCS from slurmd, and
+    # srun inside it reads them (seen in tests/integration/test_backend_parity.py).
+    # pyslurm cannot send "unset" (NO_VAL breaks its min_cpus product), so
+    # such a script goes to sbatch; slurmkit's templates always give
+    # --ntasks-per-node.
     if "ntasks" not in kw:
-        min_nodes = int(str(kw.get("nodes", 1)).split("-")[0])
-        if "ntasks_per_node" in kw:
-            kw["ntasks"] = min_nodes * kw["ntasks_per_node"]
-        elif min_nodes > 1:
+        if "ntasks_per_node" not in kw:
             return None
+        min_nodes = int(str(kw.get("nodes", 1)).split("-")[0])
+        kw["ntasks"] = min_nodes * kw["ntasks_per_node"]
     return kw
 
 
-def _submit_environment(extra_env) -> Dict[str, str]:
+# What sbatch itself writes into the job's environment for the options
+# submit_description accepts (src/sbatch/opt.c): the value as given, even
+# over the same variable inherited from the submitting environment (a job
+# submitted from inside another job).  Nothing else differs: checked by
+# submitting the same scripts both ways (tests/integration/test_backend_parity.py).
+# Without it `%x` in an output name becomes "(null)" (slurmstepd takes the
+# name from SLURM_JOB_NAME) and templates that read SLURM_CPUS_PER_TASK
+# under `set -u` die.
+_SBATCH_SETS = {"job-name": "SLURM_JOB_NAME", "ntasks-per-node": "SLURM_NTASKS_PER_NODE",
+                "cpus-per-task": "SLURM_CPUS_PER_TASK", "gpus-per-node": "SLURM_GPUS_PER_NODE"}
+
+
+def sbatch_option_environment(options: Iterable[Tuple[str, object]]) -> Dict[str, str]:
+    """The variables sbatch sets in the job's environment for these directives."""
+    env = {}
+    for name, value in options:
+        if name in _SBATCH_SETS and isinstance(value, str):
+            # sbatch prints the counts with %d: "-c 04" arrives as 4
+            env[_SBATCH_SETS[name]] = str(int(value)) if value.isdigit() else value
+    return env
+
+
+def _submit_environment(extra_env, options=()) -> Dict[str, str]:
     """The environment sbatch would send: all of ours, plus what sbatch adds.
 
-    sbatch exports its whole environment (--export=ALL) and sets
+    sbatch exports its whole environment (--export=ALL), sets
     SLURM_SUBMIT_DIR, SLURM_SUBMIT_HOST, SLURM_UMASK and SLURM_PRIO_PROCESS
-    (src/sbatch/sbatch.c); jobs and srun inside them rely on those and on
-    SLURM_CONF, which this process does not keep in its own environment.
+    (src/sbatch/sbatch.c), and the variables of :func:`sbatch_option_environment`
+    for the script's directives ``options``; jobs and srun inside them rely
+    on those and on SLURM_CONF, which this process does not keep in its own
+    environment.
     """
     env = dict(os.environ)
     env.update(extra_env or {})
+    env.update(sbatch_option_environment(options))
     env.setdefault("SLURM_SUBMIT_DIR", os.getcwd())
     env.setdefault("SLURM_SUBMIT_HOST", socket.gethostname())
     mask = os.umask(0)
@@ -539,26 +576,31 @@ class PyslurmBackend(CommandBackend):
 
     def submit(self, script, token=None):
         kw = None
+        options = directives.sbatch_directives(script)
         if not any(k.startswith("SBATCH_") or k in directives.SBATCH_INPUT_ENV for k in os.environ):
             # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
             # override directives; only sbatch itself applies them faithfully.
-            kw = submit_description(directives.sbatch_directives(script))
+            kw = submit_description(options)
         if kw is None:
             self.last_submit_via = "sbatch"
             return super().submit(script, token)
         kw["script"] = script
-        kw["environment"] = _submit_environment(getattr(self.runner, "extra_env", None))
+        kw["environment"] = _submit_environment(getattr(self.runner, "extra_env", None), options)
         try:
             desc = self._pyslurm.JobSubmitDescription(**kw)
         except (AttributeError, TypeError):
             # An attribute this pyslurm build does not have: let sbatch do it.
             self.last_submit_via = "sbatch"
             return super().submit(script, token)
-        try:
-            job_id = self._rpc("submit", desc.submit)
-        except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
-            raise SlurmCommandError("submit refused on cluster %s: %s" % (self.cluster_name, exc),
-                                    argv=["pyslurm", "submit"], stderr=str(exc)) from None
+        with _LibslurmStderr() as said:
+            try:
+                job_id = self._rpc("submit", desc.submit)
+            except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
+                raise SlurmCommandError("submit refused on cluster %s: %s" % (self.cluster_name, exc),
+                                        argv=["pyslurm", "submit"], stderr=str(exc)) from None
+        if said.text:
+            # Not an error (that raised above): a warning of libslurm's, shown as sbatch shows it.
+            sys.stderr.write(said.text)
         self.last_submit_via = "pyslurm"
         return str(job_id)
 
@@ -679,6 +721,37 @@ class PyslurmBackend(CommandBackend):
             raw = batch.get("exitcode")
             out[str(job_id)] = raw if isinstance(raw, int) else record["exitcode"]
         return out
+
+
+class _LibslurmStderr:
+    """Collects what libslurm writes to file descriptor 2 while a submission runs.
+
+    libslurm logs its own complaint before returning an error ("python:
+    error: invalid partition specified: ghost"), straight to fd 2, where sbatch
+    prints it as part of its own output that slurmkit reads; in this process
+    it would land on the user's terminal next to slurmkit's one ``Error:``
+    line.  So fd 2 points at a temporary file for the duration of the call;
+    ``text`` is what was written.  Used only around submit, which the CLI
+    calls from one thread.
+    """
+
+    def __enter__(self):
+        import tempfile
+
+        self.text = ""
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+        return False
 
 
 def _reset_for_tests():

@@ -228,8 +228,8 @@ def desc(script_lines):
 
 
 def test_submit_description_of_the_integration_test_script():
-    assert desc(["#SBATCH --time=1 --partition=cpu --comment=slurmkit:TOKEN", "#SBATCH --job-name=t"]) == {
-        "time_limit": 1, "partitions": "cpu", "comment": "slurmkit:TOKEN", "name": "t"}
+    assert desc(["#SBATCH --time=1 --partition=cpu --comment=slurmkit:TOKEN", "#SBATCH --job-name=t -n 1"]) == {
+        "time_limit": 1, "partitions": "cpu", "comment": "slurmkit:TOKEN", "name": "t", "ntasks": 1}
 
 
 def test_submit_description_single_node_gpu_job_as_slurmkit_renders_it():
@@ -246,15 +246,17 @@ def test_submit_description_single_node_gpu_job_as_slurmkit_renders_it():
 def test_submit_description_derives_ntasks_like_sbatch():
     assert desc(["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"])["ntasks"] == 8
     assert desc(["#SBATCH --nodes=2", "#SBATCH --ntasks=3"])["ntasks"] == 3
-    # pyslurm would force ntasks=1 on a multi-node job: leave that to sbatch
+    # pyslurm would force ntasks=1 where sbatch leaves the count unset (the job
+    # would get SLURM_NTASKS=1 and SLURM_NPROCS=1): leave that to sbatch
     assert desc(["#SBATCH --nodes=2"]) is None
-    assert "ntasks" not in desc(["#SBATCH --nodes=1"])
+    assert desc(["#SBATCH --nodes=1"]) is None
+    assert desc(["#SBATCH --time=5"]) is None
 
 
 @pytest.mark.parametrize("value,minutes", [("1", 1), ("00:00:30", 1), ("1:30", 2), ("04:00:00", 240),
                                            ("1-00:00:00", 1440), ("0", "UNLIMITED"), ("UNLIMITED", "UNLIMITED")])
 def test_submit_description_time_as_int_minutes(value, minutes):
-    assert desc(["#SBATCH --time=%s" % value])["time_limit"] == minutes
+    assert desc(["#SBATCH --time=%s -n 1" % value])["time_limit"] == minutes
 
 
 @pytest.mark.parametrize("lines", [
@@ -272,11 +274,38 @@ def test_submit_description_leaves_what_pyslurm_cannot_express_to_sbatch(lines):
     assert desc(lines) is None
 
 
+def test_submit_description_nodelist_and_the_default_name():
+    assert desc(["#SBATCH -w an[2-3] -n 1"])["required_nodes"] == "an[2-3]"
+    assert desc(["#SBATCH --nodelist=/tmp/hosts -n 1"]) is None      # sbatch reads a file there
+    # sbatch names a script read from stdin "sbatch"
+    assert desc(["#SBATCH --nodes=1 -n 1"])["name"] == "sbatch"
+    assert desc(["#SBATCH -J mine -n 1"])["name"] == "mine"
+
+
 def test_submit_description_gres_and_output_none():
-    kw = desc(["#SBATCH --gres=npu:ascend910b:8,gpu", "#SBATCH --output=none", "#SBATCH -e NONE"])
+    kw = desc(["#SBATCH --gres=npu:ascend910b:8,gpu -n 1", "#SBATCH --output=none", "#SBATCH -e NONE"])
     assert kw["gres_per_node"] == {"npu:ascend910b": 8, "gpu": 1}
     assert kw["standard_output"] == "/dev/null" and kw["standard_error"] == "/dev/null"
-    assert desc(["#SBATCH --gpus-per-node=4"])["gres_per_node"] == {"gpu": 4}
+    assert desc(["#SBATCH --gpus-per-node=4 -n 1"])["gres_per_node"] == {"gpu": 4}
+
+
+def test_sbatch_option_environment_is_what_sbatch_exports_for_the_options():
+    # Seen in jobs submitted with sbatch on the dev cluster (and compared for
+    # real with pyslurm's in tests/integration/test_backend_parity.py).
+    script = ("#!/bin/bash\n#SBATCH --job-name=train -p gpu --nodes=2 --ntasks-per-node=4 -c 02\n"
+              "#SBATCH --gpus-per-node=h100:2 --mem=10G\nhostname\n")
+    assert pb.sbatch_option_environment(directives.sbatch_directives(script)) == {
+        "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "2",
+        "SLURM_GPUS_PER_NODE": "h100:2"}
+    assert pb.sbatch_option_environment(directives.sbatch_directives("#!/bin/sh\n#SBATCH -n 2\n")) == {}
+
+
+def test_submit_environment_options_win_over_an_inherited_value(monkeypatch):
+    # Submitting from inside a job: sbatch sets the new job's values over the outer ones.
+    monkeypatch.setenv("SLURM_JOB_NAME", "outer")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "7")
+    env = pb._submit_environment({}, [("job-name", "inner"), ("time", "5")])
+    assert env["SLURM_JOB_NAME"] == "inner" and env["SLURM_CPUS_PER_TASK"] == "7"
 
 
 def test_submit_environment_carries_the_cluster_and_what_sbatch_adds(monkeypatch):
@@ -397,3 +426,12 @@ def test_pyslurm_backend_refuses_when_unusable(monkeypatch):
     monkeypatch.setattr(pb, "pyslurm_installed", lambda: False)
     with pytest.raises(SlurmUnavailableError, match="pyslurm cannot be used for cluster alpha: pyslurm is not installed"):
         pb.PyslurmBackend(cluster(), runner=VersionRunner())
+
+
+def test_libslurm_stderr_is_collected_not_shown(capfd):
+    # libslurm writes to file descriptor 2 itself, below Python's sys.stderr.
+    with pb._LibslurmStderr() as said:
+        os.write(2, b"python: error: invalid partition specified: ghost\n")
+    os.write(2, b"after\n")
+    assert said.text == "python: error: invalid partition specified: ghost\n"
+    assert capfd.readouterr().err == "after\n"
