@@ -56,7 +56,8 @@ fi
 slurmkit_launcher=("$slurmkit_python" -m torch.distributed.run)
 slurmkit_endpoint="$MASTER_ADDR:$MASTER_PORT"
 [[ $MASTER_ADDR != *:* ]] || slurmkit_endpoint="[$MASTER_ADDR]:$MASTER_PORT"  # an IPv6 address
-export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"
+# Since Slurm 22.05 a step does not inherit the job's --cpus-per-task: the same CPUs for srun's tasks.
+export SRUN_CPUS_PER_TASK=2
 
 # On every node (under srun): torchrun with the node's NodeAddr as its own address, which is where
 # the workers find rank 0, and with the first node, and only that one, hosting the rendezvous

@@ -363,7 +363,7 @@ def test_procs_per_node_starts_n_workers_on_a_cpu_partition():
     torchrun = _local_cpu(nodes=2, procs_per_node=3).script
     # One launcher task per node, with a CPU for each of its workers.
     assert "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=3\n" in torchrun
-    assert "--nproc-per-node=3" in torchrun and 'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"' in torchrun
+    assert "--nproc-per-node=3" in torchrun and "\nexport SRUN_CPUS_PER_TASK=3\n" in torchrun
     srun = _local_cpu(nodes=2, procs_per_node=3, template="srun").script
     assert "#SBATCH --ntasks-per-node=3\n" in srun and "--cpus-per-task" not in srun
     # -c is per task: torchrun's one task per node holds all its workers.
