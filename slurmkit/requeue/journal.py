@@ -277,6 +277,31 @@ class Journal:
             else:
                 db.execute("UPDATE tracked SET reason=?, updated=? WHERE id=?", (decision, now, row["tracked_id"]))
 
+    def decide_and_plan(self, attempt_id: int, *, cause: str, decision: str, exclude=(), next_number: int,
+                        token: str, cluster: str, resume_from: Optional[str], resume_step: Optional[int],
+                        not_before: float) -> int:
+        """Record a restart decision and the next attempt's intent in one transaction.
+
+        A crash can therefore never leave a decided restart without its intent.
+        """
+        now = self.clock()
+        with self._tx() as db:
+            row = db.execute("SELECT tracked_id FROM attempts WHERE id=? AND phase='finished'",
+                             (attempt_id,)).fetchone()
+            if row is None:
+                raise SlurmkitError("attempt %d is not waiting for a decision" % attempt_id)
+            tracked_id = row["tracked_id"]
+            db.execute("UPDATE attempts SET phase='decided', cause=?, decision=?, updated=? WHERE id=?",
+                       (cause, decision, now, attempt_id))
+            old = json.loads(db.execute("SELECT excluded FROM tracked WHERE id=?", (tracked_id,)).fetchone()[0])
+            db.execute("UPDATE tracked SET excluded=?, reason=?, updated=? WHERE id=?",
+                       (json.dumps(sorted(set(old) | set(exclude))), decision, now, tracked_id))
+            cur = db.execute(
+                "INSERT INTO attempts (tracked_id, number, token, cluster, phase, resume_from, resume_step, "
+                "not_before, created, updated) VALUES (?,?,?,?, 'intent', ?,?,?,?,?)",
+                (tracked_id, next_number, token, cluster, resume_from, resume_step, not_before, now, now))
+            return int(cur.lastrowid)
+
     def stop(self, tracked_id: int, reason: str, state: str = "stopped") -> None:
         with self._tx() as db:
             db.execute("UPDATE tracked SET state=?, reason=?, updated=? WHERE id=?",

@@ -26,8 +26,8 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from slurmkit.errors import ConfigError
 from slurmkit.site import schema
 from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
-                                 HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RoceSettings,
-                                 Site)
+                                 HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
+                                 RoceSettings, Site)
 from slurmkit.site.schema import INVALID
 
 try:  # the libyaml parser is much faster; both give the same nodes and marks
@@ -479,6 +479,10 @@ def _build_site(value, path):
         template_dirs=tuple(value["template_dirs"]),
         description=value["description"],
         health=_build_health_settings(value["health"]),
+        requeue=RequeueSettings(
+            transient_exit_codes=tuple(value["requeue"]["transient_exit_codes"]),
+            signal_grace=value["requeue"]["signal_grace"], checkpoint_root=value["requeue"].get("checkpoint_root"),
+            shared_checkpoint_clusters=tuple(value["requeue"]["shared_checkpoint_clusters"])),
     )
 
 

@@ -115,6 +115,16 @@ class HealthSettings(NamedTuple):
     state_dir: Optional[str] = None      # None: $SLURMKIT_STATE_DIR, else ~/.local/state/slurmkit
 
 
+class RequeueSettings(NamedTuple):
+    """What the requeue daemon needs from the site (slurmkit.requeue)."""
+
+    transient_exit_codes: Tuple[int, ...] = ()   # exit codes restarted as transient (NCCL errors, Xid)
+    signal_grace: int = 120                      # seconds of SIGUSR1 warning before the time limit
+    checkpoint_root: Optional[str] = None        # default parent of a tracked job's checkpoint directory
+    # Clusters that see the same checkpoint filesystem: a restart may move between them.
+    shared_checkpoint_clusters: Tuple[str, ...] = ()
+
+
 def parse_drain_cap(value):
     """``(number, None)`` or ``(None, percent)`` from 3, "3" or "10%"; ValueError otherwise."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -211,6 +221,7 @@ class Site(NamedTuple):
     template_dirs: Tuple[str, ...] = ()  # searched before the built-in templates
     description: str = ""
     health: HealthSettings = HealthSettings()
+    requeue: RequeueSettings = RequeueSettings()
 
     def cluster(self, name=None):
         """The named cluster, else the default, else the only one."""
@@ -275,4 +286,8 @@ def site_from_plain(data: dict) -> Site:
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),
                        setup=tuple(data["setup"]), template_dirs=tuple(data["template_dirs"]),
                        rendezvous_ports=tuple(data.get("rendezvous_ports") or Site._field_defaults["rendezvous_ports"]),
-                       health=HealthSettings(**data["health"])))
+                       health=HealthSettings(**data["health"]),
+                       requeue=RequeueSettings(**dict(data["requeue"],
+                                                      transient_exit_codes=tuple(data["requeue"]["transient_exit_codes"]),
+                                                      shared_checkpoint_clusters=tuple(
+                                                          data["requeue"]["shared_checkpoint_clusters"])))))

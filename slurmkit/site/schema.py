@@ -295,6 +295,13 @@ def check_site(site):
     problems = []
     clusters = site.get("clusters")
     defaults = site.get("defaults")
+    requeue = site.get("requeue")
+    if isinstance(clusters, dict) and isinstance(requeue, dict) and isinstance(
+            requeue.get("shared_checkpoint_clusters"), list):
+        for i, name in enumerate(requeue["shared_checkpoint_clusters"]):
+            if isinstance(name, str) and name not in clusters:
+                problems.append((("requeue", "shared_checkpoint_clusters", i), "unknown cluster %r; clusters are: %s"
+                                 % (name, ", ".join(sorted(clusters)))))
     if not isinstance(clusters, dict) or not isinstance(defaults, dict):
         return problems
     name = defaults.get("cluster")
@@ -579,6 +586,23 @@ SITE = {
                           "default": [], "doc": "directories searched for templates before the built-in ones"},
         "clusters": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
                      "values": CLUSTER, "doc": "cluster name -> cluster"},
+        "requeue": {
+            "type": "mapping",
+            "doc": "the requeue daemon (slurmkit submit --auto-requeue, slurmkit daemon)",
+            "default": {},
+            "keys": {
+                "transient_exit_codes": {"type": "list", "default": [],
+                                         "items": {"type": "int", "min": 1, "max": 255},
+                                         "doc": "exit codes restarted as transient failures (NCCL errors, Xid)"},
+                "signal_grace": {"type": "int", "default": 120, "min": 10, "max": 3600,
+                                 "doc": "seconds before the time limit a tracked job gets SIGUSR1 to save"},
+                "checkpoint_root": {"type": "str", "path": True,
+                                    "doc": "default parent directory of tracked jobs' checkpoint directories"},
+                "shared_checkpoint_clusters": {"type": "list", "default": [], "items": {"type": "str"},
+                                               "doc": "clusters that share the checkpoint filesystem: a restart "
+                                                      "may move between them when one is unreachable"},
+            },
+        },
         "health": {
             "type": "mapping",
             "doc": "node health: draining, resuming and sweeping (slurmkit health)",

@@ -1,0 +1,371 @@
+"""The requeue daemon: watch tracked jobs, restart failed ones from their latest complete checkpoint.
+
+One cycle (:meth:`Daemon.cycle`) does, for every cluster with tracked jobs:
+
+1. **poll**: one batched query for every submitted attempt on that cluster
+   (``SlurmBackend.jobs_by_id``: squeue, plus sacct for jobs squeue forgot),
+   whatever the number of jobs; live states are recorded, finished ones too;
+2. **decide**: for each finished attempt, the latest complete checkpoint is
+   found (partial or corrupt newer ones are skipped and the skip is logged in
+   the journal), nodes down or drained are read (one query, only when a
+   failure needs it), and :func:`slurmkit.requeue.policy.decide` says restart
+   or stop; the decision and the next attempt's intent are written in one
+   transaction;
+3. **submit**: every intent whose backoff has passed is first looked up by
+   its token (one query per cluster: after a crash the sbatch may already
+   have happened) and submitted only if Slurm has no job with it.  A failure
+   whose answer was lost is retried on the same cluster only; a cluster that
+   cannot be reached sends the restart to another cluster that shares the
+   checkpoint directory, if the job declared one.
+
+Slurm's own requeue is switched off for tracked jobs (``--no-requeue``): the
+daemon restarts each failure as a new job with its own token, so the restart
+can resume from a checkpoint (``SLURMKIT_RESUME_FROM``), avoid bad nodes
+(``--exclude``), or move to another cluster, and the two mechanisms can never
+both restart one failure.
+
+The daemon never exits on a transient error: a cluster that does not answer
+is logged and retried with backoff, and a slow answer is never taken for a
+failed job (only a final Slurm state ends an attempt).
+"""
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from slurmkit.errors import SlurmkitError
+from slurmkit.requeue import policy
+from slurmkit.requeue.journal import Attempt, Journal, Tracked
+
+log = logging.getLogger("slurmkit.requeue")
+
+# Exit status of a program that saved a checkpoint on SIGUSR1 and asks to be resumed
+# (slurmkit.checkpoint.EXIT_SAVED; EX_TEMPFAIL).  Like TIMEOUT: restarted when the
+# checkpoint moved.
+EXIT_SAVED = 75
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (for logs, ``daemon once`` and tests)."""
+
+    polled: Dict[str, int] = field(default_factory=dict)       # cluster -> attempts polled
+    finished: List[Tuple[int, str]] = field(default_factory=list)  # (tracked id, state)
+    restarted: List[Tuple[int, str]] = field(default_factory=list)  # (tracked id, "cluster:job")
+    stopped: List[Tuple[int, str]] = field(default_factory=list)    # (tracked id, reason)
+    errors: List[str] = field(default_factory=list)
+    changed: bool = False
+    next_end: Optional[float] = None    # the soonest time limit of a running attempt (epoch)
+
+
+def new_token() -> str:
+    return os.urandom(8).hex()
+
+
+def _epoch(value) -> Optional[float]:
+    return value.timestamp() if value is not None else None
+
+
+class Daemon:
+    """The requeue daemon over one journal.
+
+    ``sessions(site_name)`` returns a :class:`slurmkit.session.Session` for a
+    site (cached by the caller; dropped on SIGHUP); ``submit_attempt`` submits
+    one attempt and returns (cluster, job id) — both injected so the policy
+    loop is tested with a fake Slurm and a fake clock.
+    """
+
+    def __init__(self, journal: Journal, sessions: Callable[[str], object],
+                 submit_attempt: Callable[..., Tuple[str, str]],
+                 latest_checkpoint: Optional[Callable[[str], object]] = None,
+                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
+                 min_interval: float = 5.0, max_interval: float = 60.0):
+        self.journal = journal
+        self.sessions = sessions
+        self.submit_attempt = submit_attempt
+        self.latest_checkpoint = latest_checkpoint or _latest_checkpoint
+        self.clock = clock
+        # Waiting on the stop event lets SIGTERM end the wait at once; tests inject a fake sleep.
+        self.sleep = sleep or self._wait
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.interval = min_interval
+        self.stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
+        self._cluster_backoff: Dict[Tuple[str, str], Tuple[float, int]] = {}   # (site, cluster) -> (until, fails)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def run(self, on_reload: Optional[Callable[[], None]] = None) -> None:
+        """Cycle until SIGTERM/SIGINT (finishing the current step); SIGHUP reloads the site configs."""
+        self.install_signal_handlers()
+        log.info("slurmkit daemon started on %s (pid %d)", self.journal.path, os.getpid())
+        while not self.stop_requested.is_set():
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                if on_reload:
+                    on_reload()
+                log.info("site configs reloaded (SIGHUP)")
+            report = self.cycle()
+            self.interval = self.next_interval(report)
+            self.sleep(self.interval)
+        log.info("slurmkit daemon stopped")
+
+    def _wait(self, seconds: float) -> None:
+        self.stop_requested.wait(seconds)
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
+
+    def next_interval(self, report: CycleReport) -> float:
+        """Fast right after a change or near a job's time limit, slower while nothing happens."""
+        if report.changed or report.restarted or report.errors:
+            return self.min_interval
+        interval = min(self.interval * 2, self.max_interval)
+        if report.next_end is not None:
+            interval = min(interval, max(self.min_interval, report.next_end - self.clock()))
+        return max(self.min_interval, interval)
+
+    # -- one cycle ---------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        report = CycleReport()
+        active = self.journal.jobs(state="active")
+        self._poll(active, report)
+        active = self.journal.jobs(state="active")
+        self._decide(active, report)
+        active = self.journal.jobs(state="active")
+        self._submit(active, report)
+        for line in report.errors:
+            log.warning("%s", line)
+        return report
+
+    def _groups(self, attempts: List[Tuple[Tracked, Attempt]]):
+        groups: Dict[Tuple[str, str], List[Tuple[Tracked, Attempt]]] = {}
+        for tracked, attempt in attempts:
+            groups.setdefault((tracked.site, attempt.cluster), []).append((tracked, attempt))
+        return groups
+
+    def _cluster_ready(self, site: str, cluster: str) -> bool:
+        until, _ = self._cluster_backoff.get((site, cluster), (0.0, 0))
+        return self.clock() >= until
+
+    def _cluster_failed(self, site: str, cluster: str, exc: Exception, report: CycleReport) -> None:
+        _, fails = self._cluster_backoff.get((site, cluster), (0.0, 0))
+        delay = min(self.min_interval * 2 ** fails, 300.0)
+        self._cluster_backoff[(site, cluster)] = (self.clock() + delay, fails + 1)
+        report.errors.append("cluster %s of site %s: %s (retrying in %.0fs)" % (cluster, site, exc, delay))
+
+    def _cluster_ok(self, site: str, cluster: str) -> None:
+        self._cluster_backoff.pop((site, cluster), None)
+
+    def _poll(self, active: List[Tracked], report: CycleReport) -> None:
+        live = [(t, t.current) for t in active if t.current is not None and t.current.phase == "submitted"]
+        for (site, cluster), items in self._groups(live).items():
+            if not self._cluster_ready(site, cluster):
+                continue
+            try:
+                backend = self.sessions(site).backend(cluster)
+                found = backend.jobs_by_id([a.job_id for _, a in items])
+            except SlurmkitError as exc:
+                self._cluster_failed(site, cluster, exc, report)
+                continue
+            self._cluster_ok(site, cluster)
+            report.polled[cluster] = len(items)
+            now = self.clock()
+            for tracked, attempt in items:
+                job = found.get(attempt.job_id)
+                if job is None:
+                    continue     # not visible yet (or purged): never taken for a failure
+                if job.finished:
+                    self.journal.finished(attempt.id, state=job.state, exit_code=job.exit_code, signal=job.signal,
+                                          nodes=job.nodelist, reason=job.reason, started_at=_epoch(job.start_time),
+                                          ended_at=now)
+                    report.finished.append((tracked.id, job.state))
+                    report.changed = True
+                else:
+                    if job.state != attempt.state or job.nodelist != attempt.nodes:
+                        self.journal.observed(attempt.id, state=job.state, nodes=job.nodelist,
+                                              started_at=_epoch(job.start_time))
+                        report.changed = True
+                    end = _end_of(job)
+                    if end is not None and (report.next_end is None or end < report.next_end):
+                        report.next_end = end
+
+    def _decide(self, active: List[Tracked], report: CycleReport) -> None:
+        done = [(t, t.current) for t in active if t.current is not None and t.current.phase == "finished"]
+        unusable_by_cluster: Dict[Tuple[str, str], set] = {}
+        for tracked, attempt in done:
+            found = self.latest_checkpoint(tracked.checkpoint_dir)
+            for path, why in found.skipped:
+                self.journal.event(tracked.id, "attempt %d: skipped checkpoint %s: %s" % (attempt.number, path, why))
+            latest_step = found.step
+            key = (tracked.site, attempt.cluster)
+            needs_nodes = attempt.state not in ("COMPLETED", "CANCELLED") and attempt.nodes
+            if needs_nodes and key not in unusable_by_cluster:
+                unusable_by_cluster[key] = self._unusable_nodes(tracked.site, attempt.cluster)
+            view = _view(attempt)
+            history = [_view(a) for a in tracked.attempts[:-1]]
+            budget = _budget(tracked.budget)
+            transient = self._transient_codes(tracked)
+            if attempt.exit_code == EXIT_SAVED and attempt.state == "FAILED":
+                # Saved on SIGUSR1 and asked to be resumed: a time limit met gracefully.
+                view = policy.AttemptView(**dict(view.__dict__, state="TIMEOUT"))
+            decision = policy.decide(view, history, latest_step, budget, transient,
+                                     _expand_nodes(unusable_by_cluster.get(key, set())))
+            if decision.restart:
+                token = new_token()
+                resume = found.path
+                self.journal.decide_and_plan(
+                    attempt.id, cause=decision.cause, decision=decision.reason, exclude=decision.exclude,
+                    next_number=attempt.number + 1, token=token, cluster=attempt.cluster, resume_from=resume,
+                    resume_step=latest_step, not_before=self.clock() + decision.delay_s)
+                report.changed = True
+            else:
+                final = "completed" if decision.cause == policy.COMPLETED else "stopped"
+                self.journal.decided(attempt.id, cause=decision.cause, decision=decision.reason, stop_state=final)
+                report.stopped.append((tracked.id, decision.reason))
+                report.changed = True
+            log.info("job %d attempt %d (%s:%s) %s: %s", tracked.id, attempt.number, attempt.cluster,
+                     attempt.job_id, "restart" if decision.restart else "final", decision.reason)
+
+    def account(self, site: str, cluster: str) -> str:
+        from slurmkit.jobs import account_on
+
+        return account_on(self.sessions(site).site.clusters[cluster])
+
+    def _unusable_nodes(self, site: str, cluster: str) -> set:
+        try:
+            return {n.name for n in self.sessions(site).backend(cluster).nodes() if not n.usable}
+        except SlurmkitError as exc:
+            log.warning("cannot read node states of cluster %s: %s", cluster, exc)
+            return set()
+
+    def _transient_codes(self, tracked: Tracked):
+        """The site's transient exit codes, plus the job's own (``--transient-exit``)."""
+        codes = set(tracked.budget.get("transient_exit_codes", ()))
+        try:
+            codes.update(self.sessions(tracked.site).site.requeue.transient_exit_codes)
+        except SlurmkitError:
+            pass
+        return codes
+
+    def _submit(self, active: List[Tracked], report: CycleReport) -> None:
+        now = self.clock()
+        intents = [(t, t.current) for t in active
+                   if t.current is not None and t.current.phase == "intent" and t.current.not_before <= now]
+        for (site, cluster), items in self._groups(intents).items():
+            if not self._cluster_ready(site, cluster):
+                continue
+            try:
+                backend = self.sessions(site).backend(cluster)
+                # After a crash, sbatch may have run for an intent: its token is in a job's comment.
+                tokens = {"slurmkit:" + a.token: a for _, a in items}
+                mine = backend.jobs(user=self.account(site, cluster))
+                existing = {j.comment: j for j in mine if j.comment in tokens}
+            except SlurmkitError as exc:
+                if not self._fail_over(items, exc, report):
+                    self._cluster_failed(site, cluster, exc, report)
+                continue
+            for tracked, attempt in items:
+                job = existing.get("slurmkit:" + attempt.token)
+                if job is not None:
+                    self.journal.submitted(attempt.id, job.job_id)
+                    report.restarted.append((tracked.id, "%s:%s" % (cluster, job.job_id)))
+                    continue
+                self._submit_one(tracked, attempt, cluster, report)
+
+    def _submit_one(self, tracked: Tracked, attempt: Attempt, cluster: str, report: CycleReport) -> bool:
+        try:
+            where, job_id = self.submit_attempt(tracked, attempt, cluster)
+        except SlurmkitError as exc:
+            if exc.may_have_run:
+                # The answer was lost: the next cycle finds the job by its token on this
+                # same cluster; never fail over (that could make two).
+                report.errors.append("job %d attempt %d: outcome of the submission unknown (%s); checking its token "
+                                     "next cycle" % (tracked.id, attempt.number, exc))
+            elif _unreachable(exc) and self._fail_over([(tracked, attempt)], exc, report):
+                pass
+            else:
+                self._cluster_failed(tracked.site, cluster, exc, report)
+            return False
+        self.journal.submitted(attempt.id, job_id, cluster=where)
+        report.restarted.append((tracked.id, "%s:%s" % (where, job_id)))
+        report.changed = True
+        return True
+
+    def _fail_over(self, items, exc, report: CycleReport) -> bool:
+        """Submit to another cluster sharing the checkpoint directory; True when every item went somewhere."""
+        moved = True
+        for tracked, attempt in items:
+            others = [c for c in tracked.shared_clusters if c != attempt.cluster]
+            for other in others:
+                if not self._cluster_ready(tracked.site, other):
+                    continue
+                self.journal.event(tracked.id, "attempt %d: cluster %s unreachable (%s); submitting to %s, which "
+                                               "shares the checkpoint directory" % (attempt.number, attempt.cluster,
+                                                                                     exc, other))
+                if self._submit_one(tracked, attempt, other, report):
+                    break
+            else:
+                moved = False
+        return moved and bool(items)
+
+
+def _unreachable(exc: SlurmkitError) -> bool:
+    from slurmkit.errors import RemoteError, SlurmUnavailableError
+
+    return isinstance(exc, (RemoteError, SlurmUnavailableError))
+
+
+def _end_of(job) -> Optional[float]:
+    from slurmkit.slurm.times import slurm_time_seconds
+
+    if job.start_time is None or not job.time_limit:
+        return None
+    try:
+        limit = slurm_time_seconds(job.time_limit)
+    except ValueError:
+        return None
+    return None if limit is None else job.start_time.timestamp() + limit
+
+
+def _view(a: Attempt) -> policy.AttemptView:
+    return policy.AttemptView(number=a.number, state=a.state, exit_code=a.exit_code, signal=a.signal,
+                              reason=a.reason, nodes=tuple(_expand_nodes({a.nodes} if a.nodes else set())),
+                              started_at=a.started_at, ended_at=a.ended_at, resume_step=a.resume_step,
+                              cause=a.cause or None)
+
+
+def _expand_nodes(expressions) -> set:
+    from slurmkit.slurm import hostlist
+
+    names = set()
+    for expr in expressions:
+        names.update(hostlist.expand(expr) if "[" in expr or "," in expr else [expr])
+    return names
+
+
+def _budget(overrides: dict) -> policy.Budget:
+    base = policy.Budget()
+    values = dict(base.__dict__)
+    per_cause = dict(base.per_cause)
+    per_cause.update(overrides.get("per_cause", {}))
+    values.update({k: v for k, v in overrides.items() if k != "per_cause" and k in values})
+    values["per_cause"] = per_cause
+    return policy.Budget(**values)
+
+
+def _latest_checkpoint(directory: str):
+    from slurmkit import checkpoint
+
+    return checkpoint.latest(directory)
+

@@ -1,0 +1,226 @@
+"""The requeue daemon's cycle against FakeSlurm and a FakeClock, with real checkpoint directories."""
+
+import os
+
+import pytest
+
+from slurmkit import checkpoint
+from slurmkit.errors import RemoteError
+from slurmkit.requeue.daemon import CycleReport, Daemon
+from slurmkit.requeue.journal import Journal
+from slurmkit.testing import FakeClock, FakeSlurm, fake_session
+
+SCRIPT = "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --nodes=2\n#SBATCH --time=60\n#SBATCH --comment=slurmkit:%s\n" \
+         "python train.py\n# end of slurmkit job script\n"
+
+
+class World:
+    """Two fake clusters, a journal, real checkpoint files and a daemon over them."""
+
+    def __init__(self, tmp_path):
+        self.clock = FakeClock()
+        self.alpha = FakeSlurm("alpha", nodes=["an1", "an2", "an3", "an4"], clock=self.clock, accounting=True)
+        self.beta = FakeSlurm("beta", nodes=["bn1", "bn2"], clock=self.clock)
+        self.session = fake_session(alpha=self.alpha, beta=self.beta)
+        self.journal = Journal(str(tmp_path / "requeue.db"), clock=self.clock.time)
+        self.ckpt = tmp_path / "ckpt"
+        self.ckpt.mkdir()
+        self.submitted = []
+        self.daemon = Daemon(self.journal, sessions=lambda site: self.session, submit_attempt=self.submit,
+                             clock=self.clock.time, sleep=self.clock.sleep)
+
+    def submit(self, tracked, attempt, cluster):
+        backend = self.session.backend(cluster)
+        job_id = backend.submit(SCRIPT % attempt.token, token=attempt.token)
+        self.submitted.append((cluster, job_id, attempt.number, attempt.resume_from,
+                               tuple(tracked.excluded)))
+        return cluster, job_id
+
+    def track(self, shared=(), **budget):
+        tid = self.journal.track(name="train", site="fake", cluster="alpha", partition="gpu",
+                                 spec={"command": ["python", "train.py"]}, checkpoint_dir=str(self.ckpt),
+                                 shared_clusters=shared, budget=budget)
+        token = "tok-%d" % tid
+        aid = self.journal.begin_attempt(tid, 1, token, "alpha")
+        job = self.alpha.submit(SCRIPT % token)
+        self.journal.submitted(aid, job)
+        return tid, job
+
+    def save(self, step):
+        with checkpoint.checkpoint_dir(str(self.ckpt), step) as tmp:
+            with open(os.path.join(tmp, "state.pt"), "wb") as fh:
+                fh.write(b"x" * step)
+
+    def job(self, tid):
+        return self.journal.job(tid)
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = World(tmp_path)
+    yield w
+    w.journal.close()
+
+
+def test_node_failure_restarts_from_the_latest_complete_checkpoint_on_other_nodes(world):
+    tid, job = world.track()
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    world.save(10)
+    world.save(20)
+    # A newer checkpoint cut off mid-write: no COMPLETE marker.
+    partial = world.ckpt / "step-000030"
+    partial.mkdir()
+    (partial / "state.pt").write_bytes(b"half")
+    world.daemon.cycle()
+    assert world.job(tid).current.state == "RUNNING"
+    world.alpha.set_node("an2", "DOWN", reason="Not responding")
+    world.alpha.finish(job, "NODE_FAIL")
+    report = world.daemon.cycle()
+    assert report.finished == [(tid, "NODE_FAIL")] and len(report.restarted) == 1
+    (cluster, new_job, number, resume_from, excluded), = world.submitted
+    assert (cluster, number) == ("alpha", 2) and new_job != job
+    assert resume_from == str(world.ckpt / "step-000020")
+    assert excluded == ("an2",)
+    tracked = world.job(tid)
+    assert tracked.attempts[0].cause == "node_fail" and tracked.attempts[1].resume_step == 20
+    assert any("step-000030" in e["message"] for e in tracked.events)   # the skip is shown
+    # The new attempt completes: tracking ends.
+    world.alpha.finish(new_job, "COMPLETED")
+    world.daemon.cycle()
+    assert world.job(tid).state == "completed" and len(world.submitted) == 1
+
+
+def test_a_poll_costs_at_most_two_commands_per_cluster_whatever_the_number_of_jobs(world):
+    jobs = []
+    for n in range(50):
+        tid = world.journal.track(name="j%d" % n, site="fake", cluster="alpha", partition="gpu",
+                                  spec={"command": ["x"]}, checkpoint_dir=str(world.ckpt))
+        aid = world.journal.begin_attempt(tid, 1, "t%d" % n, "alpha")
+        job = world.alpha.submit(SCRIPT % ("t%d" % n))
+        world.journal.submitted(aid, job)
+        jobs.append(job)
+    for job in jobs[:25]:
+        world.alpha.set_state(job, "RUNNING")
+    for job in jobs[:10]:
+        world.alpha.forget(job)          # only sacct knows these
+    world.daemon.cycle()                 # the first poll also reads the config (accounting?), once
+    before = len(world.alpha.commands)
+    world.daemon.cycle()
+    assert len(world.alpha.commands) - before <= 2
+    assert {c[0] for c in world.alpha.commands[before:]} <= {"squeue", "sacct"}
+
+
+def test_failures_that_are_not_transient_stop_and_completed_ends(world):
+    tid, job = world.track()
+    world.alpha.finish(job, "FAILED", exit_code=3)
+    world.daemon.cycle()
+    tracked = world.job(tid)
+    assert tracked.state == "stopped" and "exit code 3" in tracked.reason and world.submitted == []
+
+
+def test_transient_exit_code_restarts(world):
+    tid, job = world.track(transient_exit_codes=[75, 76])
+    world.save(5)
+    world.alpha.finish(job, "FAILED", exit_code=76)
+    world.daemon.cycle()
+    assert [s[2] for s in world.submitted] == [2]
+
+
+def test_timeout_needs_a_newer_checkpoint(world):
+    tid, job = world.track()
+    world.alpha.finish(job, "TIMEOUT")
+    world.daemon.cycle()
+    assert world.job(tid).state == "stopped" and world.submitted == []
+    tid, job = world.track()
+    world.save(7)
+    world.alpha.finish(job, "TIMEOUT")
+    world.daemon.cycle()
+    assert world.job(tid).attempts[-1].resume_step == 7
+
+
+def test_a_slow_or_unreachable_cluster_is_never_a_failed_job(world):
+    tid, job = world.track()
+    world.alpha.set_state(job, "RUNNING")
+    world.alpha.fail_next("jobs_by_id", RemoteError("cannot reach login node of alpha"))
+    report = world.daemon.cycle()
+    assert report.errors and world.job(tid).current.phase == "submitted" and world.job(tid).state == "active"
+    # Backing off: the next cycle right away does not ask alpha again.
+    before = len(world.alpha.commands)
+    world.daemon.cycle()
+    assert len(world.alpha.commands) == before
+    world.clock.advance(60)
+    world.daemon.cycle()
+    assert len(world.alpha.commands) > before and world.job(tid).current.state == "RUNNING"
+
+
+def test_an_intent_whose_sbatch_ran_before_a_crash_is_not_submitted_again(world):
+    tid, job = world.track()
+    world.save(3)
+    world.alpha.finish(job, "PREEMPTED")
+    # The daemon decided and wrote the next intent, sbatch ran, then it died (kill -9)
+    # before writing the job id: simulate with the journal and Slurm in exactly that state.
+    world.daemon._poll(world.journal.jobs(state="active"), CycleReport())
+    world.daemon._decide(world.journal.jobs(state="active"), CycleReport())
+    intent = world.job(tid).current
+    assert intent.phase == "intent" and intent.number == 2
+    orphan = world.alpha.submit(SCRIPT % intent.token)          # the sbatch that happened
+    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+                   clock=world.clock.time, sleep=world.clock.sleep)
+    fresh.cycle()
+    assert world.submitted == [] and world.job(tid).current.job_id == orphan
+
+
+def test_a_lost_sbatch_answer_is_resolved_by_token_on_the_same_cluster(world):
+    from slurmkit.errors import ConnectTimeoutError
+
+    tid, job = world.track(shared=["beta"])
+    world.save(3)
+    world.alpha.finish(job, "NODE_FAIL")
+    world.alpha.fail_next("submit", ConnectTimeoutError("answer lost").outcome_unknown())
+    report = world.daemon.cycle()
+    assert any("outcome of the submission unknown" in e for e in report.errors)
+    assert world.job(tid).current.phase == "intent"
+    world.daemon.cycle()
+    tokens = [j for j in world.alpha.table.values() if j.comment == "slurmkit:" + world.job(tid).current.token]
+    assert len(tokens) == 1 and world.job(tid).current.job_id == tokens[0].job_id
+    assert not world.beta.table                                  # never failed over after a lost answer
+
+
+def test_an_unreachable_cluster_sends_the_restart_to_one_sharing_the_checkpoints(world):
+    tid, job = world.track(shared=["beta"])
+    world.save(3)
+    world.alpha.finish(job, "NODE_FAIL")
+    world.daemon._poll(world.journal.jobs(state="active"), CycleReport())
+    world.alpha.fail_next("jobs", RemoteError("cannot reach login node of alpha"))
+    world.daemon.cycle()
+    current = world.job(tid).current
+    assert current.cluster == "beta" and current.job_id in world.beta.table
+    assert any("shares the checkpoint directory" in e["message"] for e in world.job(tid).events)
+
+
+def test_backoff_delays_repeated_restarts_of_one_cause(world):
+    tid, job = world.track()
+    for step in (1, 2, 3):
+        world.save(step * 10)
+        current = world.job(tid).current
+        world.alpha.finish(current.job_id, "NODE_FAIL")
+        world.daemon.cycle()
+        if step == 1:
+            assert len(world.submitted) == 1                     # the first restart is immediate
+        else:
+            assert len(world.submitted) == step - 1              # later ones wait
+            world.clock.advance(3600)
+            world.daemon.cycle()
+            assert len(world.submitted) == step
+
+
+def test_interval_adapts(world):
+    d = world.daemon
+    d.interval = d.min_interval
+    quiet = CycleReport()
+    assert d.next_interval(quiet) == d.min_interval * 2
+    d.interval = d.max_interval
+    assert d.next_interval(quiet) == d.max_interval
+    assert d.next_interval(CycleReport(changed=True)) == d.min_interval
+    near = CycleReport(next_end=world.clock.time() + 12)
+    assert d.next_interval(near) == 12
