@@ -1,0 +1,205 @@
+"""The backend calls of requeue and health against the real local clusters.
+
+- drain / down / resume with a reason, read back with who set it and when (and no node left drained);
+- jobs_by_id: finished jobs from squeue within MinJobAge on clusters without accounting (beta, gamma),
+  and from sacct on alpha (slurmdbd) for the ids squeue no longer lists, in at most two commands;
+- jobs.wait running out of time is a WaitTimeoutError, not a connection error.
+"""
+
+import getpass
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import sbatch, slurm, wait_job_state
+from slurmkit import jobs
+from slurmkit.errors import ConnectTimeoutError, SlurmCommandError, WaitTimeoutError
+from slurmkit.session import Session
+from slurmkit.site import load_site
+from slurmkit.slurm import commands
+from slurmkit.slurm.backend import CommandBackend
+from slurmkit.slurm.runner import LocalRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class CountingRunner(LocalRunner):
+    """A LocalRunner that remembers every argv; ``hide`` drops job ids from squeue's answers,
+    as squeue does once MinJobAge has passed (sacct still has them)."""
+
+    def __init__(self, extra_env, hide=()):
+        super().__init__(extra_env)
+        self.argvs = []
+        self.hide = set(hide)
+
+    def run(self, argv, stdin=None, timeout=None):
+        self.argvs.append(tuple(argv))
+        result = super().run(argv, stdin=stdin, timeout=timeout)
+        if argv[0] == "squeue" and "--json" in argv and self.hide:
+            import json
+
+            data = json.loads(result.stdout)
+            data["jobs"] = [j for j in data["jobs"] if str(j["job_id"]) not in self.hide]
+            result = result._replace(stdout=json.dumps(data))
+        return result
+
+
+def backend(devcluster, name, hide=()):
+    runner = CountingRunner({"SLURM_CONF": devcluster[name].slurm_conf}, hide)
+    return CommandBackend(runner, name), runner
+
+
+def finished_jobs(cluster):
+    """A completed, a failed (exit 3) and a cancelled-while-pending job, ended: {role: id}."""
+    common = ["-o", "/dev/null", "-t", "2"]
+    ids = {"ok": sbatch(cluster, "-J", "skt-ok", *common, "--wrap", "true"),
+           "failed": sbatch(cluster, "-J", "skt-failed", *common, "--wrap", "exit 3"),
+           "cancelled": sbatch(cluster, "-J", "skt-cancelled", "--hold", *common, "--wrap", "true")}
+    slurm(cluster, "scancel", ids["cancelled"])
+    wait_job_state(cluster, ids["ok"], {"COMPLETED"}, timeout=60)
+    wait_job_state(cluster, ids["failed"], {"FAILED"}, timeout=60)
+    wait_job_state(cluster, ids["cancelled"], {"CANCELLED"}, timeout=60)
+    return ids
+
+
+def check_finished(found, ids):
+    assert found[ids["ok"]].state == "COMPLETED" and found[ids["ok"]].exit_code == 0
+    assert found[ids["failed"]].state == "FAILED" and found[ids["failed"]].exit_code == 3
+    assert found[ids["cancelled"]].state == "CANCELLED" and found[ids["cancelled"]].nodelist == ""
+    assert found[ids["ok"]].nodelist and found[ids["ok"]].name == "skt-ok"
+
+
+# ------------------------------------------------------------------ jobs_by_id
+
+@pytest.mark.parametrize("cluster", ["beta", "gamma"])
+def test_jobs_by_id_without_accounting_finds_finished_jobs_in_one_squeue(devcluster, cluster):
+    ids = finished_jobs(cluster)
+    be, runner = backend(devcluster, cluster)
+    assert be.has_accounting() is False
+    runner.argvs.clear()
+    found = be.jobs_by_id(list(ids.values()) + ["999999"])
+    assert set(found) == set(ids.values())                        # the unknown id is simply absent
+    check_finished(found, ids)
+    assert [a[0] for a in runner.argvs] == ["squeue"]              # one command for all of them
+
+
+def test_jobs_by_id_on_alpha_asks_sacct_for_what_squeue_no_longer_lists(devcluster):
+    ids = finished_jobs("alpha")
+    forgotten = [ids["failed"], ids["cancelled"]]
+    be, runner = backend(devcluster, "alpha", hide=forgotten)
+    assert be.has_accounting() is True
+    # slurmdbd hears of jobs asynchronously: for a moment after a job ends sacct shows a half-written
+    # record (name "allocation", no partition).  Poll as a daemon would until it has caught up.
+    deadline = time.monotonic() + 30
+    while True:
+        runner.argvs.clear()
+        found = be.jobs_by_id(list(ids.values()) + ["999999"])
+        complete = set(found) == set(ids.values()) and all(j.name.startswith("skt-") for j in found.values())
+        if complete or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert [a[0] for a in runner.argvs] == ["squeue", "sacct"]     # two commands, whatever the count
+    sacct = runner.argvs[1]
+    assert sacct == tuple(commands.sacct(forgotten + ["999999"]))  # only the ids squeue did not list
+    check_finished(found, ids)
+    # the same jobs, straight from squeue, read the same
+    direct, _ = backend(devcluster, "alpha")
+    from_squeue = direct.jobs_by_id(forgotten)
+    for job_id in forgotten:
+        a, b = found[job_id], from_squeue[job_id]
+        assert (a.state, a.exit_code, a.signal, a.nodelist, a.partition, a.name, a.user) == \
+               (b.state, b.exit_code, b.signal, b.nodelist, b.partition, b.name, b.user)
+
+
+# ------------------------------------------------------------------ drain / down / resume
+
+def _usable_node(be, candidates):
+    states = {n.name: n for n in be.node_states(candidates)}
+    for name in reversed(candidates):
+        if states[name].usable and not states[name].reason:
+            return name
+    pytest.skip("no idle node without a reason on this cluster right now (another test drained them)")
+
+
+@pytest.fixture
+def node_lock(devcluster):
+    """Serialise the tests that change node states, across processes: several sessions may run
+    this suite against the same clusters at once, and two drains of one node would mix."""
+    import fcntl
+
+    path = Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"
+    with open(str(path), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.mark.parametrize("cluster", ["beta", "gamma"])
+def test_drain_down_resume_with_reason(devcluster, node_lock, cluster):
+    be, runner = backend(devcluster, cluster)
+    node = _usable_node(be, devcluster[cluster].nodes)
+    reason = "slurmkit-test: drain %d-%d" % (os.getpid(), time.time())
+    before = datetime.now().replace(microsecond=0)
+    try:
+        be.drain([node], reason)
+        got = be.node_states([node])
+        assert [n.name for n in got] == [node]
+        assert "DRAIN" in got[0].state and not got[0].usable
+        assert got[0].reason == reason and got[0].reason_user == getpass.getuser()
+        assert before - timedelta(seconds=5) <= got[0].reason_time <= datetime.now() + timedelta(seconds=5)
+        be.down([node], reason + " (down)")
+        got = be.node_states([node])[0]
+        assert got.state.startswith("DOWN") and got.reason == reason + " (down)"
+        be.resume([node])
+        got = be.node_states([node])[0]
+        assert got.reason == "" and got.reason_user == "" and "DRAIN" not in got.state
+        # A node resumed from DOWN is IDLE+NOT_RESPONDING until its slurmd registers again.
+        deadline = time.monotonic() + 30
+        while not got.usable and time.monotonic() < deadline:
+            time.sleep(0.5)
+            got = be.node_states([node])[0]
+        assert got.usable, got
+        assert ("scontrol", "update", "NodeName=" + node, "State=RESUME") in runner.argvs
+    finally:
+        # Leave nothing drained, and resume only what this test drained.
+        now = be.node_states([node])[0]
+        if now.reason.startswith(reason):
+            be.resume([node])
+    with pytest.raises(SlurmCommandError, match="Invalid node name specified"):
+        be.drain(["nosuchnode"], reason)
+
+
+def test_requeue_hold_release_on_a_real_job(devcluster):
+    be, _ = backend(devcluster, "gamma")
+    job = sbatch("gamma", "-J", "skt-hold", "--hold", "-o", "/dev/null", "-t", "2", "--wrap", "true")
+    try:
+        assert be.jobs_by_id([job])[job].reason == "JobHeldUser"
+        be.release([job])
+        be.hold([job])
+        state = be.jobs_by_id([job])[job]
+        assert state.state in ("PENDING", "RUNNING", "COMPLETED", "COMPLETING")
+    finally:
+        slurm("gamma", "scancel", job, check=False)
+    with pytest.raises(SlurmCommandError, match="Invalid job id specified"):
+        be.hold(["999999"])
+
+
+# ------------------------------------------------------------------ wait
+
+def test_a_wait_that_runs_out_of_time_is_not_a_connection_error(devcluster):
+    job = sbatch("gamma", "-J", "skt-wait", "-o", "/dev/null", "-t", "2", "--wrap", "sleep 60")
+    try:
+        with Session(load_site(str(ROOT / "site_configs" / "local.yaml"))) as session:
+            started = time.monotonic()
+            with pytest.raises(WaitTimeoutError) as caught:
+                jobs.wait(session, jobs.JobRef("gamma", job), timeout=3)
+        assert not isinstance(caught.value, ConnectTimeoutError)
+        assert caught.value.job.job_id == job and caught.value.job.state in ("PENDING", "RUNNING")
+        assert time.monotonic() - started < 10
+    finally:
+        slurm("gamma", "scancel", job, check=False)
