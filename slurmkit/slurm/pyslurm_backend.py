@@ -543,7 +543,10 @@ class PyslurmBackend(CommandBackend):
     name = "pyslurm"
 
     def __init__(self, cluster, runner: Optional[Runner] = None):
-        runner = runner or LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)
+        # What a job needs on top of this process's environment: the cluster's SLURM_CONF (the
+        # commands get it from their runner; the job gets it here, whatever the runner is).
+        self._extra_env = {"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else {}
+        runner = runner or LocalRunner(self._extra_env or None)
         super().__init__(runner, cluster.name)
         self.cluster = cluster
         reason = unusable_reason(runner, cluster)
@@ -585,7 +588,7 @@ class PyslurmBackend(CommandBackend):
             self.last_submit_via = "sbatch"
             return super().submit(script, token)
         kw["script"] = script
-        kw["environment"] = _submit_environment(getattr(self.runner, "extra_env", None), options)
+        kw["environment"] = _submit_environment(self._extra_env, options)
         try:
             desc = self._pyslurm.JobSubmitDescription(**kw)
         except (AttributeError, TypeError):
