@@ -22,6 +22,8 @@ COMMANDS = {
     "site": "slurmkit.cli.site_commands:site",
     "topology": "slurmkit.cli.cluster_commands:topology",
     "clusters": "slurmkit.cli.cluster_commands:clusters_command",
+    "daemon": "slurmkit.cli.requeue_commands:daemon",
+    "jobs": "slurmkit.cli.requeue_commands:jobs",
 }
 
 

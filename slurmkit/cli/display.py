@@ -155,6 +155,51 @@ def templates_table(found, describe) -> str:
     return format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"])
 
 
+def cycle_text(report) -> str:
+    """What one daemon cycle did (``slurmkit daemon once``)."""
+    lines = ["polled: %s" % (", ".join("%s %d" % kv for kv in sorted(report.polled.items())) or "nothing")]
+    lines += ["job %d finished: %s" % pair for pair in report.finished]
+    lines += ["job %d restarted as %s" % pair for pair in report.restarted]
+    lines += ["job %d stopped: %s" % pair for pair in report.stopped]
+    lines += ["error: %s" % e for e in report.errors]
+    return "\n".join(lines)
+
+
+def _when(epoch) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else "-"
+
+
+def tracked_text(tracked) -> str:
+    """``slurmkit jobs``: each tracked job, then its attempts with why each was (not) restarted."""
+    if not tracked:
+        return "no tracked jobs (submit with --auto-requeue)"
+    blocks = []
+    for t in tracked:
+        head = "%d  %s  %s  on %s  checkpoints %s" % (t.id, t.name, t.state.upper(), t.cluster, t.checkpoint_dir)
+        lines = [head]
+        if t.excluded:
+            lines.append("   excluded nodes: %s" % ",".join(t.excluded))
+        rows = []
+        for a in t.attempts:
+            ended = a.state or ("waiting until %s" % _when(a.not_before) if a.phase == "intent" else a.phase)
+            status = []
+            if a.exit_code is not None:
+                status.append("exit %d" % a.exit_code)
+            if a.signal:
+                status.append("signal %d" % a.signal)
+            rows.append(["#%d" % a.number, "%s:%s" % (a.cluster, a.job_id or "-"), ended, " ".join(status) or "-",
+                         a.nodes or "-",
+                         "step %d" % a.resume_step if a.resume_step is not None else "start",
+                         a.decision or ""])
+        table = format_table(rows, ["ATTEMPT", "JOB", "STATE", "EXIT", "NODES", "RESUMED FROM", "DECISION"])
+        lines.extend("   " + line for line in table.splitlines())
+        lines.extend("   note: %s" % e["message"] for e in t.events[-5:])
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def candidates_table(placement) -> str:
     """The federation's candidates, best first, with why each one was skipped."""
     chosen = placement.submission.ref.cluster if placement.submission else None

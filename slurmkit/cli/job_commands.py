@@ -36,10 +36,22 @@ def render(session, cluster, **kwargs):
 @click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
                                                "was skipped (on stderr).")
 @click.option("--dry-run", is_flag=True, help="Only plan: print the candidates, submit nothing.")
+@click.option("--auto-requeue", is_flag=True,
+              help="Track the job: the requeue daemon restarts it from its latest complete checkpoint after a "
+                   "node failure, preemption, time limit (with a newer checkpoint) or transient exit code.")
+@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N",
+              help="With --auto-requeue: restart at most N times (default 10).")
+@click.option("--checkpoint-dir", metavar="DIR",
+              help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
+                   "(default: the site's requeue.checkpoint_root, else ./checkpoints, plus the job name).")
+@click.option("--transient-exit", "transient_exit", multiple=True, type=click.IntRange(1, 255), metavar="CODE",
+              help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
+                   "requeue.transient_exit_codes count too).")
 @job_options
 @json_option
 @pass_session
-def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
+def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts, checkpoint_dir, transient_exit,
+           as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
@@ -47,10 +59,18 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
       slurmkit submit --site mysite --partition gpu --nodes 4 --gpus-per-node 8 \\
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
       slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
+      slurmkit submit --auto-requeue --checkpoint-dir /shared/ckpt/run1 -N 2 -- .venv/bin/python train.py
     """
     from slurmkit.federation import submit_anywhere
 
     partition = kwargs.pop("partition")
+    if auto_requeue:
+        return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
+                               checkpoint_dir, max_restarts, transient_exit, as_json)
+    if max_restarts is not None or checkpoint_dir or transient_exit:
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--max-restarts, --checkpoint-dir and --transient-exit need --auto-requeue")
     outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
                                    plan_only=explain, dry_run=dry_run)
     if outcome.placement is not None and (explain or (dry_run and not as_json)):
@@ -66,6 +86,29 @@ def submit(session, cluster, accel, explain, dry_run, as_json, **kwargs):
         print_json(outcome.to_dict())
     elif outcome.submission is not None:
         click.echo(str(outcome.submission.ref))
+
+
+def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, max_restarts, transient, as_json):
+    from slurmkit.errors import UsageError
+    from slurmkit.requeue.journal import Journal
+    from slurmkit.requeue.tracking import submit_tracked
+
+    if planning or (cluster and ("," in cluster or cluster.strip() == "auto")):
+        raise UsageError("--auto-requeue submits to one cluster: name it with --cluster (restarts may move to "
+                         "clusters listed in the site's requeue.shared_checkpoint_clusters)")
+    journal = Journal()
+    try:
+        tracked_id, submission = submit_tracked(session, spec, journal, cluster, partition, checkpoint_dir,
+                                                max_restarts, transient)
+    finally:
+        journal.close()
+    warn(submission.rendered.warnings)
+    if as_json:
+        print_json(dict(submission.to_dict(), tracked_id=tracked_id))
+    else:
+        click.echo(str(submission.ref))
+        click.echo("tracked as job %d: the requeue daemon (slurmkit daemon run) restarts it; slurmkit jobs shows it"
+                   % tracked_id, err=True)
 
 
 @click.command(context_settings=CONTEXT)

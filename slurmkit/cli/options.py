@@ -107,6 +107,8 @@ JOB_OPTIONS = [
                       "character but letters, digits, '.', '_' and '-' made '_')."),
     click.option("--nodelist", "-w", metavar="NODES",
                  help="Run on these nodes (a Slurm hostlist such as an[1-2]), e.g. to pin a job to a node."),
+    click.option("--exclude", "-x", metavar="NODES",
+                 help="Never run on these nodes (a Slurm hostlist such as an[3-4])."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
     click.option("--token", metavar="TOKEN",
                  help="Idempotency token: if a job with this token exists, it is reported instead of "
@@ -130,7 +132,17 @@ def job_spec_from(kwargs):
         cpus_per_task=kwargs.pop("cpus_per_task"), time=kwargs.pop("time_limit"), comm=kwargs.pop("comm"),
         switches=kwargs.pop("switches"), template=kwargs.pop("template"), name=kwargs.pop("job_name"),
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
-        exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"), nodelist=kwargs.pop("nodelist"))
+        exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"),
+        nodelist=kwargs.pop("nodelist"), exclude=_hostlist_names(kwargs.pop("exclude")))
+
+
+def _hostlist_names(expression):
+    """``an[3-4],bn1`` as the tuple of node names; empty without a value."""
+    if not expression:
+        return ()
+    from slurmkit.slurm import hostlist
+
+    return tuple(hostlist.expand(expression))
 
 
 def pass_session(func):

@@ -369,3 +369,40 @@ def _latest_checkpoint(directory: str):
 
     return checkpoint.latest(directory)
 
+
+
+class SiteSessions:
+    """One Session per site file, opened on first use; SIGHUP closes them all so configs are read again."""
+
+    def __init__(self):
+        self._sessions: Dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, site_path: str):
+        from slurmkit.session import Session
+        from slurmkit.site import find_site
+
+        with self._lock:
+            if site_path not in self._sessions:
+                self._sessions[site_path] = Session(find_site(site_path))
+            return self._sessions[site_path]
+
+    def close(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            session.close()
+
+
+def open_daemon(journal_path: Optional[str] = None, min_interval: float = 5.0,
+                max_interval: float = 60.0) -> Tuple[Daemon, SiteSessions]:
+    """The daemon over the user's journal, with real sessions; the caller closes the sessions."""
+    from functools import partial
+
+    from slurmkit.requeue import tracking
+
+    journal = Journal(journal_path)
+    sessions = SiteSessions()
+    daemon = Daemon(journal, sessions=sessions, submit_attempt=partial(tracking.submit_attempt, sessions),
+                    min_interval=min_interval, max_interval=max_interval)
+    return daemon, sessions

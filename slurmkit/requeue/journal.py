@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS tracked (
     budget TEXT NOT NULL DEFAULT '{}',  -- JSON: policy.Budget overrides
     state TEXT NOT NULL DEFAULT 'active',         -- active | completed | stopped
     reason TEXT NOT NULL DEFAULT '',
-    excluded TEXT NOT NULL DEFAULT '[]',          -- JSON: nodes kept off the next attempts
+    excluded TEXT NOT NULL DEFAULT '[]',          -- JSON: nodes kept off the next attempts, oldest first
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
@@ -270,7 +270,7 @@ class Journal:
                 old = json.loads(db.execute("SELECT excluded FROM tracked WHERE id=?",
                                             (row["tracked_id"],)).fetchone()[0])
                 db.execute("UPDATE tracked SET excluded=? WHERE id=?",
-                           (json.dumps(sorted(set(old) | set(exclude))), row["tracked_id"]))
+                           (json.dumps(old + [n for n in exclude if n not in old]), row["tracked_id"]))
             if stop_state:
                 db.execute("UPDATE tracked SET state=?, reason=?, updated=? WHERE id=?",
                            (stop_state, decision, now, row["tracked_id"]))
@@ -295,7 +295,7 @@ class Journal:
                        (cause, decision, now, attempt_id))
             old = json.loads(db.execute("SELECT excluded FROM tracked WHERE id=?", (tracked_id,)).fetchone()[0])
             db.execute("UPDATE tracked SET excluded=?, reason=?, updated=? WHERE id=?",
-                       (json.dumps(sorted(set(old) | set(exclude))), decision, now, tracked_id))
+                       (json.dumps(old + [n for n in exclude if n not in old]), decision, now, tracked_id))
             cur = db.execute(
                 "INSERT INTO attempts (tracked_id, number, token, cluster, phase, resume_from, resume_step, "
                 "not_before, created, updated) VALUES (?,?,?,?, 'intent', ?,?,?,?,?)",

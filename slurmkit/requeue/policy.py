@@ -18,7 +18,8 @@ crash loop (attempts that keep failing soon after they start) and attempts
 that make no checkpoint progress end the job with a reason.  Restarts of the
 same cause back off exponentially after the first, which is immediate (a
 node failure should cost one poll interval, not minutes).  Nodes that were
-down or drained when the attempt failed are excluded from the next attempts.
+down or drained when the attempt failed are excluded from the next attempts
+(after a node failure whose node is up again, all of the attempt's nodes).
 
 Nothing here reads a clock, a file or Slurm: the daemon passes everything in.
 """
@@ -191,6 +192,10 @@ def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Op
     delay = 0.0 if len(same) == 1 else min(budget.backoff_s * 2 ** (len(same) - 2), budget.backoff_max_s)
     unusable = set(unusable_nodes)
     exclude = tuple(sorted(n for n in attempt.nodes if n in unusable))
+    if not exclude and cause in (NODE_FAIL, BOOT_FAIL, LAUNCH_FAILED):
+        # Slurm does not say which node failed, and with ReturnToService a node that
+        # died and came back is up again by now: keep off all of the attempt's nodes.
+        exclude = tuple(sorted(attempt.nodes))
     why = {NODE_FAIL: "a node failed", BOOT_FAIL: "a node failed to boot", PREEMPTED: "preempted",
            LAUNCH_FAILED: "the launch failed (%s)" % (attempt.reason or "launch"),
            TIMEOUT: "hit its time limit with a newer checkpoint (step %s)" % latest_step,

@@ -71,6 +71,12 @@ class JobSpec(NamedTuple):
     switches: Optional[int] = None           # explicit override of the computed leaf count
     procs_per_node: Optional[int] = None     # workers per node; None: one per GPU (one without GPUs)
     nodelist: Optional[str] = None           # sbatch --nodelist: nodes the job must run on
+    exclude: Tuple[str, ...] = ()            # sbatch --exclude: nodes the job must not run on
+    # Set for a job under the requeue daemon (slurmkit.requeue): its checkpoint directory,
+    # which attempt this is, the checkpoint it resumes from.
+    checkpoint_dir: Optional[str] = None
+    attempt: Optional[int] = None
+    resume_from: Optional[str] = None
 
 
 class RenderedJob(NamedTuple):
@@ -271,6 +277,14 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
         opts.append(("--qos", qos))
     if spec.nodelist:
         opts.append(("--nodelist", spec.nodelist))
+    if spec.exclude:
+        opts.append(("--exclude", ",".join(spec.exclude)))
+    if spec.checkpoint_dir is not None:
+        # The daemon restarts failures as new jobs (from a checkpoint, off bad nodes);
+        # Slurm's own requeue would restart the same failure a second time.
+        opts.append(("--no-requeue", None))
+        # Time to save before the time limit: the batch shell gets USR1 and passes it on.
+        opts.append(("--signal", "B:USR1@%d" % site.requeue.signal_grace))
     if spec.exclusive:
         opts.append(("--exclusive", None))
     opts.append(("--output", spec.output or output_file_name(name)))
@@ -446,6 +460,15 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             warnings.append("--env %s=%s replaces the site's %s=%s for partition %s"
                             % (key, spec.env[key], key, fabric_env[key], partition.name))
     user_exports = _exports(spec.env, "--env")
+    requeue_exports = []
+    if spec.checkpoint_dir is not None:
+        for key in ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_RESUME_FROM"):
+            if key in spec.env:
+                raise UsageError("--env %s: the requeue daemon sets it for each attempt" % key)
+        requeue_env = {"SLURMKIT_CHECKPOINT_DIR": spec.checkpoint_dir, "SLURMKIT_ATTEMPT": str(spec.attempt or 1)}
+        if spec.resume_from:
+            requeue_env["SLURMKIT_RESUME_FROM"] = spec.resume_from
+        requeue_exports = _exports(requeue_env, "requeue")
     user_sets = _UserEnv(spec.env, template_name)
     lo, hi = site.rendezvous_ports
     context = {
@@ -457,7 +480,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus)],
         "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
         "fabric_exports": _exports(fabric_env, "site config"),
-        "user_exports": user_exports, "user_sets": user_sets,
+        "user_exports": user_exports, "user_sets": user_sets, "requeue_exports": requeue_exports,
         "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
         "launch": launch,
         "launch_args": Trusted(" ".join(shell_quote(a) for a in launch.args)),

@@ -127,3 +127,11 @@ def test_unusable_nodes_of_the_attempt_are_excluded():
     d = decide(attempt(state="NODE_FAIL", nodes=("an1", "an2")), [], latest_step=1,
                unusable_nodes={"an2", "an4"})
     assert d.exclude == ("an2",)
+
+
+def test_a_node_failure_whose_node_came_back_excludes_all_of_its_nodes():
+    # ReturnToService: the failed node is up again when the daemon looks; which one failed is unknown.
+    d = decide(attempt(state="NODE_FAIL", nodes=("an1", "an2")), [], latest_step=1, unusable_nodes=set())
+    assert d.restart and d.exclude == ("an1", "an2")
+    d = decide(attempt(state="PREEMPTED", nodes=("an1",)), [], latest_step=1, unusable_nodes=set())
+    assert d.exclude == ()                       # preemption says nothing about the nodes
