@@ -1,0 +1,85 @@
+"""The InfiniBand source: port state, rate and error counters from sysfs.
+
+Layout (``<root>`` is ``/sys/class/infiniband`` unless the site says
+otherwise; tests lay out the same tree in a temporary directory)::
+
+    <root>/<hca>/ports/<port>/state       "4: ACTIVE"
+    <root>/<hca>/ports/<port>/phys_state  "5: LinkUp"
+    <root>/<hca>/ports/<port>/rate        "400 Gb/sec (4X NDR)"
+    <root>/<hca>/ports/<port>/link_layer  "InfiniBand" or "Ethernet" (RoCE)
+    <root>/<hca>/ports/<port>/counters/<name>
+
+Some drivers answer counter reads from the adapter's firmware, which can
+stall: :func:`read_ports` runs in a forked child (see ``probe``).
+"""
+
+import os
+import re
+from typing import Iterable, Optional, Tuple
+
+# Counters that mean the link itself is in trouble when they grow, and
+# those that also grow with (rare) noise.
+LINK_COUNTERS = ("link_downed", "link_error_recovery", "local_link_integrity_errors",
+                 "excessive_buffer_overrun_errors")
+NOISE_COUNTERS = ("symbol_error", "port_rcv_errors")
+COUNTERS = LINK_COUNTERS + NOISE_COUNTERS
+
+_RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
+
+
+def parse_port_spec(spec: str) -> Tuple[str, int]:
+    """"=mlx5_0:1" / "mlx5_0:1" / "mlx5_0" -> ("mlx5_0", 1)."""
+    name, _, port = spec.lstrip("=").partition(":")
+    return name, int(port) if port else 1
+
+
+def expected_ports(explicit: Optional[Iterable[str]], fabric) -> Tuple[str, ...]:
+    """The ports to check: the partition's ``health.ib_ports``, else its fabric's HCAs (infiniband, roce)."""
+    if explicit is not None:
+        specs = list(explicit)
+    elif fabric is not None and fabric.type in ("infiniband", "roce"):
+        specs = [h for h in fabric.hcas if not h.startswith("^")]   # "^..." excludes, names nothing
+    else:
+        specs = []
+    return tuple("%s:%d" % parse_port_spec(s) for s in specs)
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _state(text: Optional[str]):
+    """"4: ACTIVE" -> (4, "ACTIVE")."""
+    if not text:
+        return None, None
+    code, _, name = text.partition(":")
+    return (int(code) if code.strip().isdigit() else None), name.strip() or code.strip()
+
+
+def read_ports(root: str, ports: Iterable[str]) -> dict:
+    """{"root_exists": bool, "ports": {"hca:port": {...}}} for the expected ports."""
+    out = {"root_exists": os.path.isdir(root), "ports": {}}
+    for spec in ports:
+        hca, port = parse_port_spec(spec)
+        base = os.path.join(root, hca, "ports", str(port))
+        if not os.path.isdir(base):
+            out["ports"][spec] = {"exists": False, "hca_exists": os.path.isdir(os.path.join(root, hca))}
+            continue
+        state_code, state = _state(_read(os.path.join(base, "state")))
+        phys_code, phys = _state(_read(os.path.join(base, "phys_state")))
+        rate_text = _read(os.path.join(base, "rate")) or ""
+        rate = _RATE_RE.match(rate_text)
+        counters = {}
+        for name in COUNTERS:
+            value = _read(os.path.join(base, "counters", name))
+            if value is not None and value.isdigit():
+                counters[name] = int(value)
+        out["ports"][spec] = {"exists": True, "state": state, "state_code": state_code, "phys_state": phys,
+                              "phys_code": phys_code, "rate_gbps": float(rate.group(1)) if rate else None,
+                              "rate_text": rate_text, "link_layer": _read(os.path.join(base, "link_layer")),
+                              "counters": counters}
+    return out

@@ -1,0 +1,121 @@
+"""What one node is checked against: a :class:`CheckPlan`, built from the site and Slurm's record.
+
+The plan holds everything the checks need and nothing else, so a check needs
+no site file on the node: ``slurmkit health sweep`` builds each node's plan
+centrally and sends it as JSON on the remote command's standard input
+(``health check --plan -``); ``health check`` on a node builds its own from
+the site.  A plan from a newer slurmkit (a higher ``version``) is refused
+rather than half understood.
+"""
+
+import json
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+from slurmkit.errors import UsageError
+from slurmkit.site.model import HEALTH_CHECK_GROUPS, HealthChecks
+
+PLAN_VERSION = 1
+_GROUP_OF = {name: group for group, names in HEALTH_CHECK_GROUPS.items() for name in names}
+
+
+class CheckPlan(NamedTuple):
+    node: str
+    cluster: str
+    partition: str
+    accelerator: str = "none"            # nvidia, ascend, none
+    gres_name: Optional[str] = None      # "gpu", "npu": what Slurm's Gres counts
+    expected_gpus: Optional[int] = None  # from the thresholds, else the partition
+    memory_mb: Optional[int] = None
+    checks: HealthChecks = HealthChecks()
+    ib_ports: Tuple[str, ...] = ()
+    slurm_gres: Optional[int] = None     # Slurm's accelerator count for the node; None: not known
+    has_job: Optional[bool] = None       # a job runs there now; None: not known
+    state_dir: Optional[str] = None      # None: the node's default (see slurmkit.health.state)
+    check_timeout: float = 50.0
+
+    def enabled(self, name: str) -> bool:
+        """Whether check ``name`` runs: not skipped by name or group, and it applies to this partition."""
+        skip = set(self.checks.skip)
+        group = _GROUP_OF.get(name)
+        if name in skip or group in skip:
+            return False
+        if group == "gpu":
+            return (self.accelerator == "ascend") == (name == "npu_count") and self.accelerator != "none"
+        if group == "ib":
+            return bool(self.ib_ports)
+        return True
+
+    def to_json(self) -> str:
+        data = self._asdict()
+        data["checks"] = _plain(self.checks)
+        data["version"] = PLAN_VERSION
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CheckPlan":
+        try:
+            data = json.loads(text)
+            version = data.pop("version")
+            if version != PLAN_VERSION:
+                raise UsageError("the check plan is version %r; this slurmkit reads version %d: install the same "
+                                 "slurmkit on the nodes as where the sweep runs" % (version, PLAN_VERSION))
+            data["checks"] = HealthChecks.from_plain(data["checks"])
+            data["ib_ports"] = tuple(data["ib_ports"])
+            return cls(**data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError("not a check plan (%s: %s)" % (type(exc).__name__, exc)) from None
+
+
+def _plain(value):
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def choose_partition(cluster, node_partitions: Sequence[str], wanted: Optional[str] = None):
+    """The site partition a node is checked as.
+
+    ``wanted`` (``--partition``) if given; else, of the node's partitions
+    Slurm lists, the first the site describes that has an accelerator (the
+    hardware is the same whichever partition a job came through, and the
+    accelerator's partition expects the most), else the first it describes.
+    """
+    if wanted:
+        if wanted not in cluster.partitions:
+            raise UsageError("unknown partition %r on cluster %r; choose one of: %s"
+                             % (wanted, cluster.name, ", ".join(sorted(cluster.partitions))))
+        return cluster.partitions[wanted]
+    known = [cluster.partitions[p] for p in node_partitions if p in cluster.partitions]
+    if not known:
+        raise UsageError("the node is in no partition the site describes for cluster %r (Slurm: %s; site: %s); "
+                         "name one with --partition" % (cluster.name, ",".join(node_partitions) or "none",
+                                                        ", ".join(sorted(cluster.partitions))))
+    with_accelerator = [p for p in known if p.accelerator != "none"]
+    return (with_accelerator or known)[0]
+
+
+def has_job(node_info) -> bool:
+    """A job holds (part of) the node: CPUs allocated, or Slurm's state says so."""
+    base = node_info.state.upper().replace("*", "").split("+")[0]
+    return node_info.cpus_alloc > 0 or base in ("ALLOCATED", "MIXED", "COMPLETING")
+
+
+def build(site, cluster, partition, node: str, node_info=None) -> CheckPlan:
+    """The plan for ``node`` of ``cluster`` checked as ``partition``; ``node_info`` adds Slurm's facts."""
+    from slurmkit.health.infiniband import expected_ports
+
+    checks = partition.health
+    gres_name = partition.effective_gres_name
+    slurm_gres = None
+    if node_info is not None and gres_name:
+        slurm_gres = sum(count for key, count in node_info.gres.items() if key.split(":")[0] == gres_name)
+    return CheckPlan(
+        node=node, cluster=cluster.name, partition=partition.name, accelerator=partition.accelerator,
+        gres_name=gres_name,
+        expected_gpus=checks.gpus if checks.gpus is not None else (partition.gpus_per_node or None),
+        memory_mb=checks.memory_mb if checks.memory_mb is not None else partition.memory_mb,
+        checks=checks, ib_ports=expected_ports(checks.ib_ports, partition.fabric),
+        slurm_gres=slurm_gres, has_job=has_job(node_info) if node_info is not None else None,
+        state_dir=site.health.state_dir, check_timeout=site.health.check_timeout)
