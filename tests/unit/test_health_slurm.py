@@ -1,9 +1,17 @@
-"""The Slurm side of health: what a node record tells the sweep (address, state, reason)."""
+"""The Slurm side of health: what a node record tells the sweep (address, state, reason), and acting on
+one node by the ownership rules against FakeSlurm (the real slurmctld: tests/integration/test_health.py)."""
 
 import json
+import socket
 from pathlib import Path
 
+import pytest
+
+from slurmkit.errors import SlurmCommandError
+from slurmkit.health import ownership, slurmside
+from slurmkit.health.results import NodeReport, fail, ok
 from slurmkit.slurm import parsers
+from slurmkit.testing import FakeSlurm
 
 DATA = Path(__file__).parent / "data" / "probe"
 
@@ -15,3 +23,81 @@ def test_node_records_keep_the_address_slurmctld_uses():
     nodes = {n.name: n for n in parsers.parse_nodes(text)}
     assert nodes["gn1"].addr == "127.0.3.11" and nodes["gn2"].addr == "127.0.3.12"
     assert parsers.parse_nodes("NodeName=x State=IDLE")[0].addr == ""
+
+
+# ---------------------------------------------------------------- acting on one node (FakeSlurm)
+
+def report(node, *failing):
+    results = tuple(fail(n, "broken") for n in failing) or (ok("memory", "fine"),)
+    return NodeReport(node=node, cluster="fake", partition="gpu", results=results)
+
+
+def updates(slurm):
+    return [c for c in slurm.commands if c[:2] == ("scontrol", "update")]
+
+
+@pytest.fixture
+def slurm():
+    return FakeSlurm("fake", nodes=["n1", "n2", "n3", "n4"])
+
+
+def test_a_failing_node_is_drained_with_every_failing_check(slurm):
+    applied = slurmside.decide_and_apply(slurm, report("n1", "xid", "ecc"), 3, "50%")
+    assert applied.done and applied.text == "drained (slurmkit: xid, ecc)"
+    assert updates(slurm) == [("scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=slurmkit: xid, ecc")]
+    n1 = slurmside.node_record(slurm, "n1")
+    assert n1.state == "IDLE+DRAIN" and n1.reason == "slurmkit: xid, ecc"
+
+
+def test_resumed_after_n_clean_checks_and_only_then(slurm):
+    slurmside.decide_and_apply(slurm, report("n1", "xid"), 3, "50%")
+    texts = [slurmside.decide_and_apply(slurm, report("n1"), 3, "50%").text for _ in range(3)]
+    assert texts[0] == "drained by slurmkit, clean 1/3 (slurmkit: xid; clean 1/3)"
+    assert texts[1].startswith("drained by slurmkit, clean 2/3")
+    assert texts[2] == "resumed: 3 clean checks in a row: resume"
+    assert slurmside.node_record(slurm, "n1").state == "IDLE"
+
+
+def test_never_touches_a_node_someone_else_drained_or_whose_reason_changed(slurm):
+    slurm.set_node("n2", "DRAIN", "bad dimm", user="alice")
+    slurmside.decide_and_apply(slurm, report("n3", "xid"), 1, "50%")
+    slurm.set_node("n3", "DRAIN", "rma 1234", user="bob")      # an admin took slurmkit's drain over
+    for node in ("n2", "n3"):
+        for failing in ((), ("xid",)):
+            applied = slurmside.decide_and_apply(slurm, report(node, *failing), 1, "50%")
+            assert not applied.done and "left alone" in applied.text
+    assert slurmside.node_record(slurm, "n2").reason == "bad dimm"
+    assert slurmside.node_record(slurm, "n3").reason == "rma 1234"
+    assert len(updates(slurm)) == 1                             # only slurmkit's own first drain
+
+
+def test_the_cap_holds_for_a_node_draining_itself(slurm):
+    slurmside.decide_and_apply(slurm, report("n1", "xid"), 3, 1)
+    applied = slurmside.decide_and_apply(slurm, report("n2", "xid"), 3, 1)
+    assert not applied.done and "drain_cap (1) allows 1" in applied.text
+    assert slurmside.node_record(slurm, "n2").state == "IDLE"
+
+
+def test_a_dry_run_changes_nothing(slurm):
+    applied = slurmside.decide_and_apply(slurm, report("n1", "xid"), 3, "50%", dry_run=True)
+    assert not applied.done and applied.text == "would drain (slurmkit: xid)" and updates(slurm) == []
+
+
+def test_many_drains_with_one_reason_are_one_scontrol_call(slurm):
+    decisions = [ownership.decide(n, ["xid"], 3) for n in slurm.node_states(["n1", "n2", "n3"])]
+    applied = slurmside.apply(slurm, decisions)
+    assert all(a.done for a in applied)
+    assert updates(slurm) == [("scontrol", "update", "NodeName=n1,n2,n3", "State=DRAIN", "Reason=slurmkit: xid")]
+
+
+def test_a_refused_change_is_reported_not_raised(slurm):
+    slurm.fail_next("drain", SlurmCommandError("scontrol update failed: Invalid node state specified"))
+    applied = slurmside.decide_and_apply(slurm, report("n1", "xid"), 3, "50%")
+    assert not applied.done and "Invalid node state" in applied.error
+
+
+def test_own_node_name(monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "gn7")
+    assert slurmside.own_node_name() == "gn7" and slurmside.own_node_name("x1") == "x1"
+    monkeypatch.delenv("SLURMD_NODENAME")
+    assert slurmside.own_node_name() == socket.gethostname().split(".")[0]

@@ -1,0 +1,94 @@
+"""The Slurm side: carry out the ownership decisions, and check-then-act for one node.
+
+Every change is one ``scontrol update`` (a drain of many nodes with the same
+reason is one call); ``dry_run`` changes nothing and says what it would do.
+A node's record is read again right before acting on it, so a drain or
+resume never rests on a state older than the check (an admin may have
+drained the node meanwhile: then it is theirs).
+"""
+
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from slurmkit.errors import SlurmkitError, UsageError
+from slurmkit.health import ownership
+from slurmkit.health.ownership import CAPPED, DRAIN, NONE, RESUME, UPDATE, Decision
+
+
+class Applied(NamedTuple):
+    decision: Decision
+    done: bool                   # the change was made (False: dry run, nothing to do, or it failed)
+    error: str = ""
+
+    @property
+    def text(self) -> str:
+        d = self.decision
+        if self.error:
+            return "%s FAILED: %s" % (d.action, self.error)
+        if d.action == DRAIN:
+            return ("drained" if self.done else "would drain") + " (%s)" % d.reason
+        if d.action == RESUME:
+            return ("resumed" if self.done else "would resume") + ": " + d.note
+        if d.action == UPDATE:
+            return ("" if self.done else "would set: ") + d.note + " (%s)" % d.reason
+        return d.note
+
+
+def apply(backend, decisions: Sequence[Decision], dry_run: bool = False) -> List[Applied]:
+    out: Dict[str, Applied] = {}
+    todo = [d for d in decisions if d.action in (DRAIN, UPDATE, RESUME)]
+    for d in decisions:
+        if d.action in (NONE, CAPPED) or dry_run:
+            out[d.node] = Applied(d, False)
+    if dry_run:
+        return [out[d.node] for d in decisions]
+    by_reason: Dict[str, List[Decision]] = {}
+    for d in todo:
+        if d.action in (DRAIN, UPDATE):   # UPDATE is a drain again: Slurm keeps the state, takes the reason
+            by_reason.setdefault(d.reason, []).append(d)
+    groups = [(lambda nodes, r=reason: backend.drain(nodes, r), group) for reason, group in by_reason.items()]
+    resumes = [d for d in todo if d.action == RESUME]
+    if resumes:
+        groups.append((backend.resume, resumes))
+    for call, group in groups:
+        try:
+            call([d.node for d in group])
+            out.update((d.node, Applied(d, True)) for d in group)
+        except SlurmkitError as exc:
+            out.update((d.node, Applied(d, False, str(exc))) for d in group)
+    return [out[d.node] for d in decisions]
+
+
+def node_record(backend, node: str):
+    found = [n for n in backend.node_states([node]) if n.name == node]
+    if not found:
+        raise UsageError("Slurm does not know a node named %r" % node)
+    return found[0]
+
+
+def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: bool = False,
+                     node_info=None) -> Applied:
+    """Drain or resume the checked node per the ownership rules (HealthCheckProgram mode).
+
+    The cap counts the nodes slurmkit keeps drained in each of the node's
+    partitions, read from Slurm right before draining (one more RPC, paid
+    only by a failing node).
+    """
+    info = node_info if node_info is not None else node_record(backend, report.node)
+    decision = ownership.decide(info, report.failing, resume_after)
+    if decision.action == NONE:
+        return Applied(decision, False)
+    nodes = backend.node_states() if decision.action == DRAIN else [node_record(backend, report.node)]
+    fresh = next((n for n in nodes if n.name == report.node), info)
+    decision = ownership.decide(fresh, report.failing, resume_after)
+    if decision.action == DRAIN:
+        decision = ownership.apply_cap([decision], nodes, drain_cap, {report.node: report.failing})[0]
+    return apply(backend, [decision], dry_run)[0]
+
+
+def own_node_name(explicit: Optional[str] = None) -> str:
+    """The node this check runs as: --node, else $SLURMD_NODENAME (slurmd sets it for its
+    HealthCheckProgram and for jobs), else this host's short name (Slurm's default NodeName)."""
+    import os
+    import socket
+
+    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
