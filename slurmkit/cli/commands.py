@@ -22,6 +22,7 @@ COMMANDS = {
     "site": "slurmkit.cli.site_commands:site",
     "topology": "slurmkit.cli.cluster_commands:topology",
     "clusters": "slurmkit.cli.cluster_commands:clusters_command",
+    "health": "slurmkit.cli.health_commands:health",
     "daemon": "slurmkit.cli.requeue_commands:daemon",
     "jobs": "slurmkit.cli.requeue_commands:jobs",
 }

@@ -1,0 +1,213 @@
+"""``slurmkit health check`` and ``slurmkit health sweep``: thin commands over :mod:`slurmkit.health`.
+
+``check`` is what runs on every node (from cron, by hand, or as slurmd's
+HealthCheckProgram every few minutes on thousands of nodes): it imports the
+site (from its cache), psutil and the checks it runs, and neither jinja2 nor
+paramiko.
+"""
+
+import sys
+
+import click
+
+from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option, warn
+
+
+@click.group("health", context_settings=CONTEXT)
+def health():
+    """Node health: check a node, sweep clusters, drain and resume nodes in Slurm.
+
+    \b
+    Examples:
+      slurmkit health check --partition gpu
+      slurmkit health check --slurm          # as slurmd's HealthCheckProgram
+      slurmkit health sweep --cluster all --drain
+    """
+
+
+class _Watchdog:
+    """Exit 1 after ``seconds``, whatever is still running: never hang slurmd (or cron).
+
+    SIGALRM in this (single-threaded) process; the previous handler and any
+    alarm are put back on the way out, for callers running the command in
+    their own process (tests).
+    """
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def _expire(self, signum, frame):
+        import os
+
+        os.write(2, ("Error: watchdog: the health check took longer than %gs (health.check_timeout); "
+                     "nothing was changed in Slurm\n" % self.seconds).encode())
+        os._exit(1)
+
+    def __enter__(self):
+        import math
+        import signal
+
+        self.previous = signal.signal(signal.SIGALRM, self._expire)
+        signal.alarm(max(1, int(math.ceil(self.seconds))))
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def _read_plan(source):
+    from slurmkit.errors import UsageError
+    from slurmkit.health.plan import CheckPlan
+
+    try:
+        text = sys.stdin.read() if source == "-" else open(source).read()
+    except OSError as exc:
+        raise UsageError("cannot read the check plan %s: %s" % (source, exc.strerror or exc)) from None
+    return CheckPlan.from_json(text)
+
+
+@health.command("check", context_settings=CONTEXT)
+@site_option
+@click.option("--cluster", "-M", metavar="NAME", help="The node's cluster (default: the site's default cluster).")
+@click.option("--node", "-n", metavar="NAME",
+              help="Check as this node (default: $SLURMD_NODENAME, else the host's short name).")
+@click.option("--partition", "-p", metavar="NAME",
+              help="Check against this partition's thresholds (default: from Slurm's record of the node).")
+@json_option
+@click.option("--prom", "prom_file", metavar="FILE",
+              help="Also write the results as a Prometheus textfile (atomically), e.g. for node_exporter.")
+@click.option("--slurm", "slurm_mode", is_flag=True,
+              help="HealthCheckProgram mode: drain this node on failure, resume it after enough clean checks "
+                   "(only if slurmkit drained it).")
+@click.option("--dry-run", is_flag=True, help="With --slurm: say what would change in Slurm, change nothing.")
+@click.option("--plan", "plan_source", metavar="FILE|-",
+              help="Check against a plan (JSON) instead of the site: what 'health sweep' sends each node.")
+def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_run, plan_source):
+    """Check this node: host, GPUs or NPUs, InfiniBand, by its partition's thresholds.
+
+    Exit 0 when healthy, 1 when a check failed, 2 on bad usage or config.
+    Warnings never fail.  With --slurm, the node is drained with a reason
+    naming every failing check, and resumed after health.resume_after clean
+    checks only when slurmkit drained it; a node drained by anyone else is
+    left alone.  A watchdog (health.check_timeout) ends the check, changing
+    nothing, should it take too long.
+
+    \b
+    Examples:
+      slurmkit health check --partition gpu --json
+      slurmkit health check --prom /var/lib/node_exporter/textfile/slurmkit.prom
+      slurmkit health check --slurm --site /etc/slurmkit/sites/mysite.yaml
+    """
+    from slurmkit.errors import SlurmkitError, UsageError
+    from slurmkit.health import node as engine
+
+    if dry_run and not slurm_mode:
+        raise UsageError("--dry-run goes with --slurm (a plain check changes nothing anyway)")
+    applied = None
+    if plan_source:
+        if slurm_mode or cluster or node or partition:
+            raise UsageError("--plan already names the node, cluster and partition; it cannot go with "
+                             "--slurm, --cluster, --node or --partition")
+        check_plan = _read_plan(plan_source)
+        with _Watchdog(check_plan.check_timeout):
+            report = engine.check_node(check_plan)
+    else:
+        from slurmkit.cli.options import _require_site
+        from slurmkit.health import plan as plans, slurmside
+        from slurmkit.session import Session
+        from slurmkit.site import find_site
+
+        the_site = find_site(_require_site(site))
+        with Session(the_site) as session, _Watchdog(the_site.health.check_timeout):
+            the_cluster = the_site.cluster(cluster)
+            name = slurmside.own_node_name(node)
+            info = None
+            if partition:
+                plans.choose_partition(the_cluster, (), partition)   # an unknown one is refused before Slurm
+            # A host check needs no Slurm; accelerator counts (Gres), stray GPU processes (jobs),
+            # the node's own partitions and --slurm do.
+            needs_slurm = slurm_mode or not partition or the_cluster.partitions[partition].accelerator != "none"
+            if needs_slurm:
+                try:
+                    info = slurmside.node_record(session.backend(the_cluster.name), name)
+                except SlurmkitError as exc:
+                    if slurm_mode or not partition or isinstance(exc, UsageError):
+                        raise
+                    warn(["Slurm not asked about %s (%s): its Gres and jobs are not compared" % (name, exc)])
+            part = plans.choose_partition(the_cluster, info.partitions if info else (), partition)
+            check_plan = plans.build(the_site, the_cluster, part, name, info)
+            report = engine.check_node(check_plan)
+            if slurm_mode:
+                applied = slurmside.decide_and_apply(session.backend(the_cluster.name), report,
+                                                     the_site.health.resume_after, the_site.health.drain_cap,
+                                                     dry_run, node_info=info)
+    if prom_file:
+        from slurmkit.health import prom
+
+        try:
+            prom.write(prom_file, report)
+        except OSError as exc:
+            raise SlurmkitError("cannot write %s: %s" % (prom_file, exc.strerror or exc)) from None
+    if as_json:
+        data = report.to_dict()
+        if applied is not None:
+            data["slurm"] = {"action": applied.decision.action, "done": applied.done, "text": applied.text,
+                             "reason": applied.decision.reason, "error": applied.error or None}
+        print_json(data)
+    else:
+        from slurmkit.health.report import node_text
+
+        click.echo(node_text(report, applied.text if applied is not None else None))
+    if applied is not None and applied.error:
+        raise SlurmkitError("%s: %s" % (report.node, applied.text))
+    return 0 if report.healthy else 1
+
+
+@health.command("sweep", context_settings=CONTEXT)
+@site_option
+@click.option("--cluster", "-M", "cluster_spec", metavar="NAME[,NAME]|all",
+              help="Clusters to sweep (default: the site's default cluster); 'all' for every one.")
+@click.option("--partition", "-p", metavar="NAME", help="Only the nodes of this partition.")
+@click.option("--node", "-n", "nodes", metavar="NAME", multiple=True, help="Only this node (repeatable).")
+@click.option("--drain", is_flag=True,
+              help="Drain failing nodes and resume the ones slurmkit drained once clean (ownership rules, cap).")
+@click.option("--dry-run", is_flag=True, help="Say what --drain would change, change nothing.")
+@json_option
+@pass_session
+def sweep(session, cluster_spec, partition, nodes, drain, dry_run, as_json):
+    """Check every node of one or all clusters over SSH, in parallel; one table.
+
+    Each node is reached at its NodeAddr (health.ssh, else the cluster's
+    login settings) and runs 'slurmkit health check' there (health.command),
+    health.fanout nodes at a time, each within health.node_timeout.  An
+    unreachable node is reported, never drained.  A lock keeps two sweeps
+    (say, cron's) from overlapping.  Exit 0 when every node is healthy, 1
+    otherwise.
+
+    \b
+    Examples:
+      slurmkit health sweep --cluster all
+      slurmkit health sweep --cluster beta --partition gpu --drain --dry-run
+      */10 * * * * slurmkit health sweep --site mysite --cluster all --drain --json > /var/log/slurmkit-sweep.json
+    """
+    from slurmkit.health import sweep as sweeper
+
+    site = session.site
+    if cluster_spec == "all":
+        names = list(site.clusters)
+    elif cluster_spec:
+        names = [n.strip() for n in cluster_spec.split(",") if n.strip()]
+    else:
+        names = [site.cluster().name]
+    result = sweeper.sweep(session, names, partition=partition, drain=drain, dry_run=dry_run,
+                           nodes=list(nodes) or None)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        from slurmkit.health.report import sweep_text
+
+        click.echo(sweep_text(result))
+    return 0 if result.ok else 1
