@@ -11,6 +11,9 @@ jobs of a pair run one after the other on the same pinned node.
 
 Skipped where pyslurm is not installed or does not fit the running Slurm
 (``make pyslurm`` builds it from shared/vendor for Slurm 22.05 and 24.11).
+pyslurm submits from a process of its own for each job: libslurm reads one
+slurm.conf per process, and another test of the session may have initialised
+pyslurm in this one for another cluster.
 """
 
 import json
@@ -24,8 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.site.model import Cluster
-from slurmkit.slurm import pyslurm_backend as pb, pyslurm_installed
+from slurmkit.slurm import pyslurm_installed
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm.runner import LocalRunner
 
@@ -45,20 +47,55 @@ PER_JOB = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "SLURM_JOB_START_TIM
 PER_JOB_STATUS = {"id", "job_id", "start_time", "stdout"}
 
 
+# Runs in a fresh process: prints why pyslurm cannot serve the cluster, or
+# submits the script on stdin with PyslurmBackend and prints "ID VIA".
+PYSLURM_SUBMIT = """
+import sys
+from slurmkit.site.model import Cluster
+from slurmkit.slurm import pyslurm_backend as pb
+from slurmkit.slurm.runner import LocalRunner
+cluster = Cluster(name="alpha", partitions={}, slurm_conf=sys.argv[1])
+reason = pb.unusable_reason(LocalRunner({"SLURM_CONF": sys.argv[1]}), cluster)
+if reason or sys.argv[2] == "check":
+    print(reason or "usable")
+    sys.exit(0)
+backend = pb.PyslurmBackend(cluster)
+print(backend.submit(sys.stdin.read()), backend.last_submit_via)
+"""
+
+
+class PyslurmSubmitter:
+    """Submits through PyslurmBackend, each time in a process of its own."""
+
+    def __init__(self, conf):
+        self.conf = conf
+
+    def run(self, mode, text=""):
+        # env given explicitly, as LocalRunner gives sbatch's: a child started
+        # with env=None inherits the C-level environment, where something in
+        # the pytest process (readline) has put COLUMNS and LINES.
+        proc = subprocess.run([sys.executable, "-c", PYSLURM_SUBMIT, self.conf, mode], input=text,
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    def submit(self, text):
+        job_id, via = self.run("submit", text).split()
+        assert via == "pyslurm", "this script went to %s, not pyslurm" % via
+        return job_id
+
+
 @pytest.fixture(scope="module")
 def backends(devcluster):
-    """(pyslurm backend, command backend, node to pin the jobs to) on alpha."""
+    """(pyslurm submitter, command backend, node to pin the jobs to) on alpha."""
     conf = devcluster["alpha"].slurm_conf
-    if pb._initialised() not in (None, conf):
-        pytest.skip("pyslurm was initialised for another cluster in this process (libslurm reads one slurm.conf)")
-    cluster = Cluster(name="alpha", partitions={}, slurm_conf=conf)
-    reason = pb.unusable_reason(LocalRunner({"SLURM_CONF": conf}), cluster)
-    if reason is not None:
+    pys = PyslurmSubmitter(conf)
+    reason = pys.run("check")
+    if reason != "usable":
         pytest.skip(reason)
-    pys = pb.PyslurmBackend(cluster)
     cmd = CommandBackend(LocalRunner({"SLURM_CONF": conf}), "alpha")
     yield pys, cmd, devcluster["alpha"].nodes[-1]
-    pys.close()
     cmd.close()
 
 
@@ -89,8 +126,6 @@ SCRIPTS = {
 def run_to_end(backend, reader, text, timeout=90):
     """Submit ``text`` and wait (reading with ``reader``) until the job has ended."""
     job_id = backend.submit(text)
-    if isinstance(backend, pb.PyslurmBackend):
-        assert backend.last_submit_via == "pyslurm", "this script went to sbatch, not pyslurm"
     deadline = time.monotonic() + timeout
     while True:
         found = reader.jobs([job_id])
