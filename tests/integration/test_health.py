@@ -1,0 +1,263 @@
+"""Node health against the real clusters: SSH to every node, drain and resume on the real slurmctld,
+and slurmd itself running ``slurmkit health check --slurm`` as gamma's HealthCheckProgram.
+
+The sweeps act on beta (the tests that stop or rekey login sshds use
+gamma); what fails a node is decided by the test alone: a per-node directory
+under tmp_path that the site requires to be writable.  Everything a test
+drains is resumed at teardown, and only that: a node drained by anyone else
+(another suite) is never touched.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIN = "health-test admin"          # the reason this file's "admins" drain with (plus a token)
+
+
+def node_state(cluster, node, devcluster):
+    out = devcluster.slurm(cluster, "scontrol", "--oneliner", "show", "node", node).stdout
+    from slurmkit.slurm.parsers import parse_nodes
+
+    return parse_nodes(out)[0]
+
+
+def wait_for(predicate, timeout, interval=0.5, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("%s not reached within %ss" % (what, timeout))
+        time.sleep(interval)
+
+
+def write_site(tmp_path, devcluster, cap="100%", resume_after=2):
+    """A site of the three local clusters whose health checks only the test can fail."""
+    raw = devcluster.raw
+    lines = ["site: health-test",
+             "health:",
+             "  resume_after: %d" % resume_after,
+             "  drain_cap: %s" % json.dumps(cap),
+             "  fanout: 16",
+             "  node_timeout: 60",
+             "  state_dir: %s" % json.dumps(str(tmp_path / "state")),
+             "  command: %s" % json.dumps([sys.executable, "-m", "slurmkit"]),
+             "clusters:"]
+    for name, c in raw["clusters"].items():
+        gres = c["gres"]
+        ascend = gres["name"] == "npu"
+        lines += ["  %s:" % name,
+                  "    slurm_conf: %s" % json.dumps(c["slurm_conf"]),
+                  "    login: {host: %s, port: %d, user: root, identity_file: %s, known_hosts: %s}" % (
+                      c["login"]["host"], c["login"]["port"], json.dumps(raw["ssh"]["identity"]),
+                      json.dumps(raw["ssh"]["known_hosts"])),
+                  "    partitions:"]
+        for part in c["partitions"]:
+            lines += ["      %s:" % part["name"],
+                      "        accelerator: %s" % ("ascend" if ascend else "nvidia"),
+                      "        gpu_model: %s" % gres["type"],
+                      "        gres_name: %s" % gres["name"],
+                      "        gpus_per_node: %d" % gres["count"],
+                      "        cpus_per_node: %d" % c["cpus_per_node"],
+                      "        memory_mb: %d" % c["memory_mb_per_node"],
+                      "        health:",
+                      # no NVML on this machine; load and D state belong to whatever else runs here
+                      "          skip: %s" % ("[load, dstate]" if ascend else "[gpu, load, dstate]"),
+                      "          device_dir: %s" % json.dumps(gres["device_dir"]),
+                      "          mounts:",
+                      "            - {path: %s, writable: true}" % json.dumps(str(tmp_path / "scratch" / "%n")),
+                      "            - {path: %s}" % json.dumps(str(tmp_path / "scratch2" / "%n"))]
+    path = tmp_path / "site.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    for c in raw["clusters"].values():
+        for node in c["node_names"]:
+            (tmp_path / "scratch" / node).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "scratch2" / node).mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def slurmkit(*args, tmp_path, timeout=180):
+    env = {"SLURMKIT_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "slurmkit"] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=timeout, cwd=str(REPO), env=env)
+
+
+def sweep(site, tmp_path, *args):
+    proc = slurmkit("health", "sweep", "--site", site, "--json", *args, tmp_path=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
+
+
+@pytest.fixture
+def beta(devcluster, tmp_path):
+    """beta's nodes, every one in service at the start; what the test drained is resumed at the end."""
+    names = devcluster["beta"].nodes
+    token = "%s %d" % (ADMIN, time.time())
+
+    def ours(info):
+        return info.reason.startswith("slurmkit: mount:%s" % tmp_path) or info.reason.startswith(token)
+
+    busy = [n for n in names if node_state("beta", n, devcluster).reason]
+    if busy:
+        pytest.skip("beta nodes %s are drained by someone else right now" % busy)
+    yield token
+    for node in names:
+        info = node_state("beta", node, devcluster)
+        if info.reason and ours(info):
+            devcluster.slurm("beta", "scontrol", "update", "NodeName=" + node, "State=RESUME")
+
+
+def test_every_node_reached_over_ssh_at_its_own_address(devcluster, tmp_path):
+    site = write_site(tmp_path, devcluster)
+    code, rows = sweep(site, tmp_path, "--cluster", "all")
+    every = [n for c in devcluster.clusters.values() for n in c.nodes]
+    assert sorted(rows) == sorted(every)
+    for node, row in rows.items():
+        if row["cluster"] == "gamma" and row["status"] == "unreachable":
+            continue   # other suites stop and rekey gamma's sshd on purpose
+        assert row["status"] == "healthy", row
+        report = row["report"]
+        assert report["node"] == node and report["cluster"] == row["cluster"]
+        names = {r["name"]: r for r in report["results"]}
+        # checked as that node: its own slurmd (-N node), its own directory
+        assert names["daemon:slurmd"]["status"] == "ok"
+        assert "mount:%s" % (tmp_path / "scratch" / node) in names
+        if row["cluster"] == "gamma":
+            assert names["npu_count"]["message"] == "8 NPUs"          # against Slurm's Gres=npu:8 too
+    # per-node state files: each node checked as itself
+    assert not any(row["action"] for row in rows.values())          # no --drain: nothing changed
+
+
+def test_a_check_told_its_node_checks_as_that_node(devcluster, tmp_path):
+    site = write_site(tmp_path, devcluster)
+    own = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn2", "--json", tmp_path=tmp_path)
+    assert own.returncode == 0, own.stdout + own.stderr
+    report = json.loads(own.stdout)
+    assert report["node"] == "bn2" and report["partition"] == "gpu"
+    # no slurmd serves "bn9" here: checked as bn9, the slurmd check fails (and Slurm does not know it)
+    other = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn9", "--partition", "gpu",
+                     "--json", tmp_path=tmp_path)
+    assert other.returncode == 1
+    failing = json.loads(other.stdout)["failing"]
+    assert "daemon:slurmd" in failing and "mount:%s" % (tmp_path / "scratch" / "bn9") in failing
+
+
+def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devcluster, tmp_path, beta):
+    site = write_site(tmp_path, devcluster, resume_after=2)
+    (tmp_path / "scratch" / "bn2").rmdir()
+    (tmp_path / "scratch2" / "bn2").rmdir()
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    expected = "slurmkit: mount:%s, mount:%s" % (tmp_path / "scratch" / "bn2", tmp_path / "scratch2" / "bn2")
+    assert code == 1 and rows["bn2"]["action"] == "drained (%s)" % expected
+    info = node_state("beta", "bn2", devcluster)
+    assert "DRAIN" in info.state and info.reason == expected and info.reason_user == "root"
+    assert node_state("beta", "bn1", devcluster).reason == ""
+    (tmp_path / "scratch" / "bn2").mkdir()
+    (tmp_path / "scratch2" / "bn2").mkdir()
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert code == 0 and rows["bn2"]["action"].startswith("drained by slurmkit, clean 1/2")
+    assert node_state("beta", "bn2", devcluster).reason == expected + "; clean 1/2"   # still drained
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert rows["bn2"]["action"] == "resumed: 2 clean checks in a row: resume"
+    info = node_state("beta", "bn2", devcluster)
+    assert "DRAIN" not in info.state and info.reason == ""
+
+
+def test_never_resumes_a_node_drained_by_someone_else(devcluster, tmp_path, beta):
+    site = write_site(tmp_path, devcluster, resume_after=1)
+    devcluster.slurm("beta", "scontrol", "update", "NodeName=bn3", "State=DRAIN", "Reason=%s: fan" % beta)
+    # bn1: slurmkit drains it, then an admin changes the reason: it is theirs from then on
+    (tmp_path / "scratch" / "bn1").rmdir()
+    sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert node_state("beta", "bn1", devcluster).reason.startswith("slurmkit: ")
+    devcluster.slurm("beta", "scontrol", "update", "NodeName=bn1", "State=DRAIN", "Reason=%s: rma" % beta)
+    (tmp_path / "scratch" / "bn1").mkdir()
+    for _ in range(2):                           # resume_after is 1: slurmkit would resume its own at once
+        code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+        assert rows["bn1"]["status"] == rows["bn3"]["status"] == "healthy"
+        assert "left alone" in rows["bn1"]["action"] and "left alone" in rows["bn3"]["action"]
+    for node, reason in (("bn1", "%s: rma" % beta), ("bn3", "%s: fan" % beta)):
+        info = node_state("beta", node, devcluster)
+        assert "DRAIN" in info.state and info.reason == reason
+    # and a failing node someone else drained keeps their reason too
+    (tmp_path / "scratch" / "bn3").rmdir()
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert rows["bn3"]["status"] == "unhealthy" and "left alone" in rows["bn3"]["action"]
+    assert node_state("beta", "bn3", devcluster).reason == "%s: fan" % beta
+
+
+def test_the_drain_cap(devcluster, tmp_path, beta):
+    site = write_site(tmp_path, devcluster, cap=1)
+    for node in ("bn1", "bn2"):
+        (tmp_path / "scratch" / node).rmdir()
+    (tmp_path / "scratch2" / "bn2").rmdir()             # bn2 fails two checks: drained first
+    dry_code, dry = sweep(site, tmp_path, "--cluster", "beta", "--dry-run")
+    assert dry["bn2"]["action"].startswith("would drain") and dry["bn1"]["action"].startswith("not drained")
+    assert node_state("beta", "bn2", devcluster).reason == ""          # a dry run changes nothing
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert code == 1 and rows["bn2"]["action"].startswith("drained (slurmkit: ")
+    assert rows["bn1"]["action"] == ("not drained: partition gpu has 1 of its 3 nodes drained by slurmkit, "
+                                     "its drain_cap (1) allows 1") or "partition urgent" in rows["bn1"]["action"]
+    assert node_state("beta", "bn1", devcluster).reason == ""
+    # the next sweep still holds: the cap counts the drain slurmkit already keeps
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert rows["bn1"]["action"].startswith("not drained") and node_state("beta", "bn1", devcluster).reason == ""
+
+
+# ---------------------------------------------------------------- slurmd's HealthCheckProgram (gamma)
+
+@pytest.fixture
+def gamma_health(devcluster):
+    health = devcluster["gamma"].raw.get("health_check")
+    if not health:
+        pytest.fail("gamma has no HealthCheckProgram: restart the clusters (make cluster-up)", pytrace=False)
+    scratch = Path(health["scratch"])
+    for node in ("gn1", "gn2"):
+        if node_state("gamma", node, devcluster).reason:
+            pytest.skip("gamma's %s is out of service right now (%s)" % (
+                node, node_state("gamma", node, devcluster).reason))
+    token = "%s %d" % (ADMIN, time.time())
+    yield scratch, token
+    (scratch / "gn2").mkdir(exist_ok=True)
+    for node in ("gn1", "gn2"):
+        info = node_state("gamma", node, devcluster)
+        if info.reason.startswith(token):
+            devcluster.slurm("gamma", "scontrol", "update", "NodeName=" + node, "State=RESUME")
+    # slurmd resumes its own drain within two checks; make sure before leaving
+    try:
+        wait_for(lambda: not node_state("gamma", "gn2", devcluster).reason.startswith("slurmkit:"), 30,
+                 what="gn2 resumed by its health check")
+    finally:
+        info = node_state("gamma", "gn2", devcluster)
+        if info.reason.startswith("slurmkit: mount:%s" % scratch):
+            devcluster.slurm("gamma", "scontrol", "update", "NodeName=gn2", "State=RESUME")
+
+
+def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_health):
+    scratch, token = gamma_health
+    config = devcluster.slurm("gamma", "scontrol", "show", "config").stdout
+    assert "HealthCheckProgram      = %s" % devcluster["gamma"].raw["health_check"]["program"] in config
+    # an admin's drain on the other node, which the program sees at every run
+    devcluster.slurm("gamma", "scontrol", "update", "NodeName=gn1", "State=DRAIN", "Reason=%s: cabling" % token)
+    (scratch / "gn2").rmdir()
+    expected = "slurmkit: mount:%s" % (scratch / "gn2")
+    info = wait_for(lambda: (lambda i: i if i.reason == expected else None)(node_state("gamma", "gn2", devcluster)),
+                    40, what="gn2 drained by slurmd's health check")
+    assert "DRAIN" in info.state and info.reason_user == "root"
+    log = Path(devcluster["gamma"].raw["health_check"]["log_dir"]) / "last.gn2.log"
+    assert "UNHEALTHY (mount:%s)" % (scratch / "gn2") in log.read_text()
+    (scratch / "gn2").mkdir()
+    wait_for(lambda: "; clean 1/2" in node_state("gamma", "gn2", devcluster).reason, 30, interval=0.2,
+             what="one clean check counted")
+    wait_for(lambda: node_state("gamma", "gn2", devcluster).reason == "", 30, what="gn2 resumed")
+    assert "DRAIN" not in node_state("gamma", "gn2", devcluster).state
+    # gn1 passed every check all along, yet its admin drain is untouched
+    info = node_state("gamma", "gn1", devcluster)
+    assert "DRAIN" in info.state and info.reason == "%s: cabling" % token
