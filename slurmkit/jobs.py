@@ -43,8 +43,8 @@ class Submission(NamedTuple):
     def to_dict(self):
         return {"id": str(self.ref), "cluster": self.ref.cluster, "job_id": self.ref.job_id,
                 "token": self.token, "partition": self.rendered.partition, "template": self.rendered.template,
-                "switches": self.rendered.switches, "existed": self.existed,
-                "warnings": list(self.rendered.warnings)}
+                "switches": self.rendered.switches, "switch_wait": self.rendered.switch_wait,
+                "existed": self.existed, "warnings": list(self.rendered.warnings)}
 
 
 def parse_ref(text: str, session: Session) -> JobRef:
@@ -74,12 +74,15 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     target = site.cluster(cluster)
     part = site.partition(target, partition)
     layout = None
-    if spec.comm == "heavy" and spec.switches is None:
+    if spec.comm == "heavy":
+        # The layout also carries the cluster's cap on the switch wait, so it is read
+        # (cached) even when --switches gives the count.
         try:
             layout = session.layout(target)
         except SlurmkitError as exc:
-            raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
-                             "give the leaf switch count with --switches N" % (target.name, exc)) from None
+            if spec.switches is None:
+                raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
+                                 "give the leaf switch count with --switches N" % (target.name, exc)) from None
     from slurmkit.script.cache import render_cached
 
     return render_cached(site, target, part, spec, layout, render)
@@ -231,3 +234,46 @@ def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=t
         sleep(delay)
         delay = min(delay * 1.5, 10.0)
 
+
+def output_exists(session: Session, cluster: str, path: str) -> bool:
+    """Whether ``path`` exists where the job wrote it: here, or on the cluster's login node over SSH."""
+    from slurmkit.session import reach
+
+    if reach(session.site.cluster(cluster)) == "local":
+        return os.path.exists(path)
+    return session.backend(cluster).runner.run(["test", "-e", path]).returncode == 0
+
+
+def summary(session: Session, ref: JobRef, job: "JobInfo", check_output: bool = True) -> dict:
+    """A job as ``wait``/``status --json`` show it: its record, the leaf switches its nodes sit
+    under, and ``output_note`` when its output file is not where Slurm says (None otherwise)."""
+    from slurmkit.outputs import output_note
+    from slurmkit.script import topology
+
+    cluster = session.site.cluster(ref.cluster)
+    try:
+        leaves = topology.leaves_of(session.layout(cluster), job.nodelist) if job.nodelist else []
+    except SlurmkitError:
+        leaves = []
+    note = None
+    if check_output and job.stdout:
+        try:
+            note = output_note(job.stdout, job.state, lambda p: output_exists(session, ref.cluster, p))
+        except SlurmkitError:
+            note = None     # cannot look: say nothing rather than something wrong
+    return dict(job.to_dict(), id=str(ref), leaf_switches=leaves, output_note=note)
+
+
+def output_notes(session: Session, found) -> List[str]:
+    """For ``status``: a line per ended job whose output file is missing, on clusters used locally
+    (over SSH that would cost a command per job; ``wait`` checks there)."""
+    from slurmkit.outputs import output_note
+    from slurmkit.session import reach
+
+    notes = []
+    for ref, job in found:
+        if job.finished and job.stdout and reach(session.site.cluster(ref.cluster)) == "local":
+            note = output_note(job.stdout, job.state)
+            if note:
+                notes.append("%s: %s" % (ref, note))
+    return notes

@@ -85,19 +85,6 @@ def topology_report(session, cluster_name=None, partition_name=None) -> str:
     return header + "\n" + topology.draw(layout, nodes, gres)
 
 
-def job_summary(session, ref, job) -> dict:
-    """A finished (or running) job with the leaf switches its nodes sit under."""
-    from slurmkit.script import topology
-    from slurmkit.errors import SlurmkitError
-
-    cluster = session.site.cluster(ref.cluster)
-    try:
-        leaves = topology.leaves_of(session.layout(cluster), job.nodelist) if job.nodelist else []
-    except SlurmkitError:
-        leaves = []
-    return dict(job.to_dict(), id=str(ref), leaf_switches=leaves)
-
-
 def status_dict(found, missing, unreachable) -> dict:
     """``status --json``: the jobs found, the ids no cluster knows, the clusters not reached."""
     return {"jobs": [dict(j.to_dict(), id=str(ref), cluster=ref.cluster) for ref, j in found],
@@ -106,7 +93,7 @@ def status_dict(found, missing, unreachable) -> dict:
 
 
 def status_table(found) -> str:
-    rows = [[str(ref), j.name, j.state, j.partition, j.node_count,
+    rows = [[str(ref), j.name, how_it_ended(j.to_dict()), j.partition, j.node_count,
              j.nodelist if j.nodelist else "(%s)" % j.reason,
              j.start_time.strftime("%Y-%m-%dT%H:%M:%S") if j.start_time else "-"] for ref, j in found]
     return format_table(rows, ["ID", "NAME", "STATE", "PARTITION", "NODES", "NODELIST(REASON)", "START"])
@@ -119,11 +106,23 @@ def missing_jobs_message(missing) -> str:
     return "jobs not known to their cluster: %s" % ", ".join(str(ref) for ref in missing)
 
 
+def how_it_ended(job: dict) -> str:
+    """``FAILED (exit code 3)``, ``NODE_FAIL (reason NodeDown)``, ``CANCELLED (signal 15)``: the state and why."""
+    why = []
+    if job.get("exit_code") not in (None, 0):
+        why.append("exit code %d" % job["exit_code"])
+    if job.get("signal"):
+        why.append("signal %d" % job["signal"])
+    if job["state"] != "COMPLETED" and job.get("reason") and job["reason"] not in ("None", "NonZeroExitCode"):
+        why.append("reason %s" % job["reason"])
+    return job["state"] + (" (%s)" % ", ".join(why) if why else "")
+
+
 def wait_text(summary: dict) -> str:
-    """What ``wait`` prints when the job has ended: state, nodes, leaf switches, output file."""
+    """What ``wait`` prints when the job has ended: state and why, nodes, leaf switches, output file."""
     return "%s %s on %s under leaf switch(es) %s\noutput: %s" % (
-        summary["id"], summary["state"], summary["nodelist"] or "-", ", ".join(summary["leaf_switches"]) or "-",
-        summary["stdout"] or "-")
+        summary["id"], how_it_ended(summary), summary["nodelist"] or "-",
+        ", ".join(summary["leaf_switches"]) or "-", summary["stdout"] or "-")
 
 
 def cluster_row(status) -> list:

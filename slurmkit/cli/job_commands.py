@@ -10,8 +10,9 @@ from slurmkit.cli.options import (CONTEXT, cluster_option, job_options, job_spec
 @site_option
 @cluster_option
 @job_options
+@json_option
 @pass_session
-def render(session, cluster, **kwargs):
+def render(session, cluster, as_json, **kwargs):
     """Print the sbatch script that 'submit' would send, without submitting.
 
     \b
@@ -22,7 +23,10 @@ def render(session, cluster, **kwargs):
 
     rendered = jobs.prepare(session, job_spec_from(kwargs), cluster, kwargs.pop("partition"))
     warn(rendered.warnings)
-    click.echo(rendered.script, nl=False)
+    if as_json:
+        print_json(dict(rendered.to_dict(), script=rendered.script))
+    else:
+        click.echo(rendered.script, nl=False)
 
 
 @click.command(context_settings=CONTEXT)
@@ -140,6 +144,7 @@ def status(session, user, as_json, job_ids):
         print_json(display.status_dict(found, missing, unreachable))
     elif found:
         click.echo(display.status_table(found))
+    warn(jobs.output_notes(session, found))
     if missing:
         raise SlurmkitError(display.missing_jobs_message(missing))
 
@@ -165,11 +170,13 @@ def wait(session, timeout, as_json, job_id):
     ref = jobs.parse_ref(job_id, session)
     final = jobs.wait(session, ref, timeout=timeout,
                       on_change=None if as_json else lambda j: click.echo("%s %s" % (ref, j.state), err=True))
-    summary = display.job_summary(session, ref, final)
+    summary = jobs.summary(session, ref, final)
     if as_json:
         print_json(summary)
     else:
         click.echo(display.wait_text(summary))
+    if summary["output_note"]:
+        warn([summary["output_note"]])
     return 0 if final.state == "COMPLETED" else 1
 
 

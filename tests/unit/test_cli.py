@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import json
 import click
 import pytest
 
@@ -180,3 +181,11 @@ def test_shell_completion(words, cword, expected):
     out = subprocess.run([sys.executable, "-c", "from slurmkit.cli import run; run()"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and expected in out.stdout.split("\n"), out.stdout + out.stderr
+
+
+def test_render_json_has_the_script_and_what_was_decided(capsys):
+    code, out, err = run(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
+                         "--token", "tok", "--json", "--", "python", "train.py")
+    data = json.loads(out)
+    assert code == 0 and data["switches"] == 1 and data["switch_wait"] and data["template"] == "torchrun"
+    assert data["script"].startswith("#!/bin/bash") and "--switches=1@%s" % data["switch_wait"] in data["script"]

@@ -197,3 +197,33 @@ def test_status_cli_output_is_unchanged(monkeypatch, capsys, alpha, beta):
     assert [j["id"] for j in data["jobs"]] == ["alpha:%s" % job] and data["missing"] == []
     code, out, err = _cli(fakes, monkeypatch, capsys, "status", "--site", site, "alpha:%s" % job, "alpha:999")
     assert code == 1 and "alpha:%s" % job in out and "alpha:999" in err
+
+
+def test_summary_says_when_the_output_file_is_missing(session, alpha, tmp_path, monkeypatch):
+    # fake_session's clusters have no login node: they are used locally, so the path is looked up here.
+    job_id = alpha.add_job("RUNNING", name="exp/lr3e-4")
+    alpha.table[job_id].stdout = str(tmp_path / "no-such-dir" / "out.txt")
+    alpha.finish(job_id, "FAILED", exit_code=1)
+    ref = jobs.JobRef("alpha", job_id)
+    job = alpha.jobs_by_id([job_id])[job_id]
+    summary = jobs.summary(session, ref, job)
+    assert "its directory %s does not exist" % (tmp_path / "no-such-dir") in summary["output_note"]
+    assert jobs.output_notes(session, [(ref, job)]) == ["alpha:%s: %s" % (job_id, summary["output_note"])]
+    (tmp_path / "no-such-dir").mkdir()
+    (tmp_path / "no-such-dir" / "out.txt").write_text("done\n")
+    assert jobs.summary(session, ref, job)["output_note"] is None
+    assert jobs.output_notes(session, [(ref, job)]) == []
+
+
+def test_how_a_job_ended_is_said_with_its_reason():
+    from slurmkit.cli.display import how_it_ended
+
+    assert how_it_ended({"state": "COMPLETED", "exit_code": 0, "signal": None, "reason": "None"}) == "COMPLETED"
+    assert how_it_ended({"state": "FAILED", "exit_code": 3, "signal": None, "reason": "NonZeroExitCode"}) == \
+        "FAILED (exit code 3)"
+    assert how_it_ended({"state": "CANCELLED", "exit_code": None, "signal": 15, "reason": "None"}) == \
+        "CANCELLED (signal 15)"
+    assert how_it_ended({"state": "FAILED", "exit_code": 1, "signal": None, "reason": "JobLaunchFailure"}) == \
+        "FAILED (exit code 1, reason JobLaunchFailure)"
+    assert how_it_ended({"state": "NODE_FAIL", "exit_code": None, "signal": None, "reason": "NodeDown"}) == \
+        "NODE_FAIL (reason NodeDown)"
