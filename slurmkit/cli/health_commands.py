@@ -25,39 +25,6 @@ def health():
     """
 
 
-class _Watchdog:
-    """Exit 1 after ``seconds``, whatever is still running: never hang slurmd (or cron).
-
-    SIGALRM in this (single-threaded) process; the previous handler and any
-    alarm are put back on the way out, for callers running the command in
-    their own process (tests).
-    """
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-    def _expire(self, signum, frame):
-        import os
-
-        os.write(2, ("Error: watchdog: the health check took longer than %gs (health.check_timeout); "
-                     "nothing was changed in Slurm\n" % self.seconds).encode())
-        os._exit(1)
-
-    def __enter__(self):
-        import math
-        import signal
-
-        self.previous = signal.signal(signal.SIGALRM, self._expire)
-        signal.alarm(max(1, int(math.ceil(self.seconds))))
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, self.previous)
-
-
 def _read_plan(source):
     from slurmkit.errors import UsageError
     from slurmkit.health.plan import CheckPlan
@@ -103,6 +70,7 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
     """
     from slurmkit.errors import SlurmkitError, UsageError
     from slurmkit.health import node as engine
+    from slurmkit.health.watchdog import Watchdog
 
     if dry_run and not slurm_mode:
         raise UsageError("--dry-run goes with --slurm (a plain check changes nothing anyway)")
@@ -112,7 +80,7 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
             raise UsageError("--plan already names the node, cluster and partition; it cannot go with "
                              "--slurm, --cluster, --node or --partition")
         check_plan = _read_plan(plan_source)
-        with _Watchdog(check_plan.check_timeout):
+        with Watchdog(check_plan.check_timeout):
             report = engine.check_node(check_plan)
     else:
         from slurmkit.cli.options import _require_site
@@ -121,7 +89,7 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
         from slurmkit.site import find_site
 
         the_site = find_site(_require_site(site))
-        with Session(the_site) as session, _Watchdog(the_site.health.check_timeout):
+        with Session(the_site) as session, Watchdog(the_site.health.check_timeout):
             the_cluster = the_site.cluster(cluster)
             name = slurmside.own_node_name(node)
             info = None

@@ -17,6 +17,13 @@ import os
 from typing import Dict, Iterable, List
 
 
+def preload():
+    """Import psutil now (before forking readers that use it)."""
+    import psutil
+
+    return psutil
+
+
 def read_memory() -> dict:
     import psutil
 

@@ -15,7 +15,6 @@ import errno
 import os
 import re
 import stat
-import subprocess
 from typing import List, NamedTuple, Optional, Tuple
 
 _RECORD_RE = re.compile(r"^\d+,\d+,\d+,[^;]*;")
@@ -58,6 +57,8 @@ def read_kernel_log(path: str = "/dev/kmsg", dmesg_timeout: float = 5.0) -> Tupl
             return [message_of(line) for line in fh.read().splitlines()], None
     except OSError as exc:
         first = "%s: %s" % (path, exc.strerror or exc)
+    import subprocess   # only for the fallback: a check where /dev/kmsg reads pays nothing for it
+
     try:
         proc = subprocess.run(["dmesg"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=dmesg_timeout, universal_newlines=True)

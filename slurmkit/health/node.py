@@ -55,6 +55,9 @@ def check_node(plan: CheckPlan, sources: Sources = Sources()) -> NodeReport:
     if plan.ib_ports and any(on(n) for n in ("ib_port", "ib_rate", "ib_errors")):
         tasks["ib"] = lambda: infiniband.read_ports(limits.ib_sysfs, plan.ib_ports)
         timeouts["ib"] = _timeout(plan, IB_TIMEOUT)
+    if on("memory") or on("swap") or on("load") or "processes" in tasks:
+        # Imported once, here, before the children fork: each of them would otherwise import it again.
+        host.preload()
     outcomes = probe.run(tasks, timeouts) if tasks else {}
 
     # In this process, while nothing else is left to wait for.

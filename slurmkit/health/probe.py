@@ -21,7 +21,6 @@ import os
 import select
 import signal
 import time
-import traceback
 from typing import Callable, Dict, NamedTuple, Optional
 
 
@@ -50,8 +49,7 @@ def run(tasks: Dict[str, Callable[[], object]], timeouts: Dict[str, float]) -> D
             try:
                 payload = json.dumps({"ok": True, "value": func()})
             except BaseException as exc:  # report everything: the parent must never wait for nothing
-                payload = json.dumps({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
-                                      "trace": traceback.format_exc(limit=3)})
+                payload = json.dumps({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)})
                 code = 1
             try:
                 data = payload.encode("utf-8")

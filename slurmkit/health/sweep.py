@@ -136,7 +136,7 @@ def remote_check(runner, command, check_plan, timeout) -> NodeReport:
     """Run the check on the node; the report, or RemoteError/SlurmkitError saying why not."""
     import json
 
-    argv = list(command) + ["health", "check", "--plan", "-", "--json"]
+    argv = list(command) + ["--plan", "-", "--json"]
     try:
         result = runner.run(argv, stdin=check_plan.to_json(), timeout=timeout)
     except SlurmUnavailableError:

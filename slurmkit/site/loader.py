@@ -532,7 +532,8 @@ def _build_cluster(name, value, site_health=None):
         max_switch_wait=value.get("max_switch_wait"),
         price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
         default_partition=value.get("default_partition"),
-        health=_build_cluster_health(site_health or {"command": ["slurmkit"]}, value.get("health") or {}),
+        health=_build_cluster_health(site_health or {"command": list(ClusterHealth._field_defaults["command"])},
+                                     value.get("health") or {}),
     )
 
 

@@ -102,7 +102,7 @@ class HealthSsh(NamedTuple):
 
 
 class ClusterHealth(NamedTuple):
-    command: Tuple[str, ...] = ("slurmkit",)   # the site's, unless the cluster sets its own
+    command: Tuple[str, ...] = ("slurmkit", "health", "check")   # the site's, unless the cluster sets its own
     ssh: HealthSsh = HealthSsh()               # the cluster's over the site's
 
 

@@ -464,7 +464,7 @@ HEALTH_SSH = {
 }
 
 HEALTH_COMMAND = {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "min_items": 1,
-                  "doc": "how the sweep runs slurmkit on a node, e.g. [/opt/slurmkit/bin/slurmkit]"}
+                  "doc": "how the sweep runs the check on a node (--plan - --json is appended)"}
 
 PARTITION = {
     "type": "mapping",
@@ -621,7 +621,7 @@ SITE = {
                                   "doc": "watchdog of one check, e.g. under slurmd's HealthCheckProgram"},
                 "state_dir": {"type": "str", "path": True,
                               "doc": "where checks keep what they compare across runs, and the sweep lock"},
-                "command": dict(HEALTH_COMMAND, default=["slurmkit"]),
+                "command": dict(HEALTH_COMMAND, default=["slurmkit", "health", "check"]),
                 "ssh": HEALTH_SSH,
             },
         },

@@ -48,7 +48,8 @@ def write_site(tmp_path, devcluster, cap="100%", resume_after=2):
              "  fanout: 16",
              "  node_timeout: 60",
              "  state_dir: %s" % json.dumps(str(tmp_path / "state")),
-             "  command: %s" % json.dumps([sys.executable, "-m", "slurmkit"]),
+             # the click-free entry of the same check (python -m slurmkit.health)
+             "  command: %s" % json.dumps([sys.executable, "-m", "slurmkit.health"]),
              "clusters:"]
     for name, c in raw["clusters"].items():
         gres = c["gres"]

@@ -88,6 +88,25 @@ def test_the_sweeps_plan_on_stdin(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("Error: the check plan is version 2")
 
 
+def test_the_lean_entry_a_sweep_can_run_instead(tmp_path):
+    """python -m slurmkit.health: the same check and report, without the command line's start-up."""
+    (tmp_path / "scratch" / "c1").mkdir(parents=True)
+    env = dict(os.environ, SLURMKIT_STATE_DIR=str(tmp_path / "st"))
+
+    def agent(*args, stdin):
+        return subprocess.run([sys.executable, "-m", "slurmkit.health"] + list(args), input=stdin,
+                              capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+
+    good = agent("--plan", "-", "--json", stdin=plan(tmp_path).to_json())
+    assert good.returncode == 0 and json.loads(good.stdout)["healthy"] and good.stderr == ""
+    bad = agent("--plan", "-", stdin=plan(tmp_path, node="c2").to_json())
+    assert bad.returncode == 1 and json.loads(bad.stdout)["failing"] == ["mount:%s/scratch/c2" % tmp_path]
+    usage = agent("--node", "c1", stdin="")
+    assert usage.returncode == 2 and usage.stderr == "Error: usage: python -m slurmkit.health --plan FILE|- [--json]\n"
+    broken = agent("--plan", "-", stdin="not json")
+    assert broken.returncode == 2 and broken.stderr.startswith("Error: not a check plan")
+
+
 @pytest.mark.parametrize("args,message", [
     (["--dry-run"], "--dry-run goes with --slurm"),
     (["--plan", "-", "--node", "x"], "--plan already names the node"),

@@ -68,7 +68,7 @@ def test_a_site_without_health_gets_the_defaults(tmp_path):
     site = load_site(write(tmp_path, SITE.split("health:\n  resume_after")[0] + "clusters:\n"
                            + SITE.split("\nclusters:\n", 1)[1]))
     assert site.health.resume_after == 3 and site.health.drain_cap == "10%"
-    assert site.clusters["a"].health.command == ("slurmkit",)
+    assert site.clusters["a"].health.command == ("slurmkit", "health", "check")
 
 
 def test_the_site_cache_round_trips_health_and_refuses_entries_without_it(tmp_path):

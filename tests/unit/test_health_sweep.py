@@ -28,7 +28,7 @@ def scratch(tmp_path):
     return tmp_path / "scratch"
 
 
-def make_site(tmp_path, cap="50%", resume_after=2, command=(sys.executable, "-m", "slurmkit")):
+def make_site(tmp_path, cap="50%", resume_after=2, command=(sys.executable, "-m", "slurmkit", "health", "check")):
     # Checks whose outcome only the test decides: a per-node directory that must be writable.
     checks = HealthChecks(daemons=(), dstate_seconds=0, warn_load_per_core=None,
                           mounts=(HealthMount(str(tmp_path / "scratch" / "%n"), writable=True),))
@@ -103,7 +103,9 @@ def test_drain_with_the_cap_and_never_an_unreachable_node(tmp_path, scratch, clu
 
 def test_dry_run_says_what_drain_would_do(tmp_path, scratch, clusters):
     (scratch / "n2").rmdir()
-    result = sweeper.sweep(session(tmp_path, clusters), ["alpha"], dry_run=True, runner_factory=Local())
+    # this time through the lean entry (python -m slurmkit.health) rather than the CLI
+    s = session(tmp_path, clusters, command=(sys.executable, "-m", "slurmkit.health"))
+    result = sweeper.sweep(s, ["alpha"], dry_run=True, runner_factory=Local())
     assert {r.node: r.action for r in result.rows}["n2"].startswith("would drain (slurmkit: mount:")
     assert not [c for c in clusters["alpha"].commands if c[:2] == ("scontrol", "update")]
 
@@ -142,7 +144,7 @@ def test_a_node_without_slurmkit_or_answering_garbage(tmp_path, scratch, cluster
     s = fake_session(make_site(tmp_path, command=("/nonexistent/slurmkit",)), **clusters)
     result = sweeper.sweep(s, ["beta"], runner_factory=Local())
     assert result.rows[0].status == "error" and "/nonexistent/slurmkit not found on the node" in result.rows[0].error
-    s = fake_session(make_site(tmp_path, command=(sys.executable, "-c", "print('hello')")), **clusters)
+    s = fake_session(make_site(tmp_path, command=(sys.executable, "-c", "print('hello')", "--")), **clusters)
     result = sweeper.sweep(s, ["beta"], runner_factory=Local())
     assert result.rows[0].status == "error" and "answered no report (exit 0): hello" in result.rows[0].error
 

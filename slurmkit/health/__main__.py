@@ -1,0 +1,44 @@
+"""``python -m slurmkit.health --plan FILE|- [--json]``: the check a sweep runs on each node, without the CLI.
+
+The same as ``slurmkit health check --plan FILE --json`` (same report, same
+exit codes: 0 healthy, 1 unhealthy, 2 bad usage or plan), minus the
+command-line framework's start-up: a sweep of thousands of nodes starts it
+thousands of times.  Set ``health.command`` to ``[PYTHON, -m,
+slurmkit.health]`` to have sweeps use it.
+"""
+
+import json
+import sys
+
+USAGE = "usage: python -m slurmkit.health --plan FILE|- [--json]"
+
+
+def main(argv=None) -> int:
+    from slurmkit.errors import SlurmkitError, UsageError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if "--json" in args:
+            args.remove("--json")    # the only output there is
+        if len(args) != 2 or args[0] != "--plan":
+            raise UsageError(USAGE)
+        from slurmkit.health import node
+        from slurmkit.health.plan import CheckPlan
+        from slurmkit.health.watchdog import Watchdog
+
+        try:
+            text = sys.stdin.read() if args[1] == "-" else open(args[1]).read()
+        except OSError as exc:
+            raise UsageError("cannot read the check plan %s: %s" % (args[1], exc.strerror or exc)) from None
+        plan = CheckPlan.from_json(text)
+        with Watchdog(plan.check_timeout):
+            report = node.check_node(plan)
+    except SlurmkitError as exc:
+        sys.stderr.write("Error: %s\n" % exc)
+        return exc.exit_code
+    sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    return 0 if report.healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
