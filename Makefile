@@ -70,6 +70,7 @@ demo: venv compile cluster-up
 bench: venv compile cluster-up
 	$(PY) bench/bench_submit.py
 	$(PY) bench/bench_federation.py
+	$(PY) bench/bench_health.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
