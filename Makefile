@@ -77,14 +77,16 @@ clean:
 
 # PyTorch (the CPU build, from the local wheel on the test machines) for the example
 # training program and the tests that run it. A step of its own so that `make unit`
-# never needs it; the stamp makes a second run free, and pip only checks when the
-# venv was rebuilt. TORCH_SPEC pins the release the tests were written against.
-TORCH_SPEC ?= torch==2.13.0
+# never needs it; the stamp makes a second run free, and pip only checks again when
+# the venv or this file changed. TORCH_SPEC pins the release the tests were written
+# against; NumPy because torch's object collectives (torch.distributed.checkpoint's
+# among them) need it.
+TORCH_SPEC ?= torch==2.13.0 numpy
 .PHONY: venv-train
 venv-train: $(VENV)/.installed-train
 
-$(VENV)/.installed-train: $(VENV)/.installed
-	$(PY) -m pip install -q --disable-pip-version-check '$(TORCH_SPEC)'
+$(VENV)/.installed-train: $(VENV)/.installed Makefile
+	$(PY) -m pip install -q --disable-pip-version-check $(foreach r,$(TORCH_SPEC),'$(r)')
 	$(PY) -W ignore -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch without gloo"'
 	touch $@
 
