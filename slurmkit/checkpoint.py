@@ -182,7 +182,7 @@ def _write_marker(tmp, step, world_size):
         "format": MARKER_FORMAT,
         "step": int(step),
         "files": files,
-        "world_size": int(world_size),
+        "writers": int(world_size),         # ranks that wrote into it
         "host": os.uname().nodename,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -54,7 +54,7 @@ def test_published_checkpoint_has_marker_with_step_and_sizes(tmp_path):
     record = json.loads((tmp_path / "step-000120" / MARKER).read_text())
     assert record["step"] == 120
     assert record["files"] == {"state.pt": 1000, "shards/rank1.bin": 7}
-    assert record["world_size"] == 1
+    assert record["writers"] == 1
     assert leftovers(tmp_path) == []
     found = checkpoint.latest(tmp_path)
     assert (found.path, found.step, found.convention, found.skipped) == (path, 120, "marker", [])
@@ -184,7 +184,7 @@ def test_distributed_ranks_write_shards_rank0_publishes_each_file_synced_once(tm
     record = json.loads((tmp_path / "step-000040" / MARKER).read_text())
     assert record["files"] == {".metadata": 4, "shard-0.distcp": 100, "shard-1.distcp": 101,
                                "shard-2.distcp": 102}
-    assert record["world_size"] == world
+    assert record["writers"] == world
     data_files = sorted(s for s in synced if s != MARKER)
     assert data_files == [".metadata", "shard-0.distcp", "shard-1.distcp", "shard-2.distcp"]
     assert leftovers(tmp_path) == []
