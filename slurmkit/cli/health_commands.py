@@ -38,9 +38,12 @@ def _read_plan(source):
 
 @health.command("check", context_settings=CONTEXT)
 @site_option
-@click.option("--cluster", "-M", metavar="NAME", help="The node's cluster (default: the site's default cluster).")
+@click.option("--cluster", "-M", metavar="NAME",
+              help="The node's cluster (default: the one whose slurm_conf is $SLURM_CONF or exists here, else "
+                   "the site's default).")
 @click.option("--node", "-n", metavar="NAME",
-              help="Check as this node (default: $SLURMD_NODENAME, else the host's short name).")
+              help="Check as this node (default: $SLURMD_NODENAME, else the -N of the slurmd that started this, "
+                   "else the host's short name).")
 @click.option("--partition", "-p", metavar="NAME",
               help="Check against this partition's thresholds (default: from Slurm's record of the node).")
 @json_option
@@ -90,7 +93,7 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
 
         the_site = find_site(_require_site(site))
         with Session(the_site) as session, Watchdog(the_site.health.check_timeout):
-            the_cluster = the_site.cluster(cluster)
+            the_cluster = slurmside.own_cluster(the_site, cluster)
             name = slurmside.own_node_name(node)
             info = None
             if partition:

@@ -34,7 +34,7 @@ def read_memory() -> dict:
             "load1": load1, "load5": load5, "cores": psutil.cpu_count(logical=True) or 1}
 
 
-def _slurmd_node(cmdline: List[str]):
+def slurmd_node(cmdline: List[str]):
     """The node a slurmd serves when started with ``-N NAME`` (several slurmds on one host), else None."""
     for i, arg in enumerate(cmdline):
         if arg == "-N" and i + 1 < len(cmdline):
@@ -62,7 +62,7 @@ def scan_processes(node: str, daemons: Iterable[str]) -> dict:
         if name in wanted:
             if name == "slurmd":
                 try:
-                    serves = _slurmd_node(proc.cmdline())
+                    serves = slurmd_node(proc.cmdline())
                 except (psutil.Error, OSError):
                     serves = None
                 if serves is not None and serves != node:

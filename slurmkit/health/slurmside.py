@@ -85,10 +85,54 @@ def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: boo
     return apply(backend, [decision], dry_run)[0]
 
 
-def own_node_name(explicit: Optional[str] = None) -> str:
-    """The node this check runs as: --node, else $SLURMD_NODENAME (slurmd sets it for its
-    HealthCheckProgram and for jobs), else this host's short name (Slurm's default NodeName)."""
+def own_node_name(explicit: Optional[str] = None, proc: str = "/proc") -> str:
+    """The node this check runs as.
+
+    ``--node``; else ``$SLURMD_NODENAME`` (slurmd sets it for its
+    HealthCheckProgram and for jobs); else, when the parent process is a
+    slurmd started with ``-N NAME`` (several slurmds on one host), that
+    name; else this host's short name (Slurm's default NodeName).
+    """
     import os
     import socket
 
-    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if explicit or os.environ.get("SLURMD_NODENAME"):
+        return explicit or os.environ["SLURMD_NODENAME"]
+    parent = os.getppid()
+    try:
+        with open(os.path.join(proc, str(parent), "comm")) as fh:
+            comm = fh.read().strip()
+        with open(os.path.join(proc, str(parent), "cmdline"), "rb") as fh:
+            cmdline = fh.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        comm, cmdline = "", []
+    if comm == "slurmd":
+        from slurmkit.health.host import slurmd_node
+
+        name = slurmd_node(cmdline)
+        if name:
+            return name
+    return socket.gethostname().split(".")[0]
+
+
+def own_cluster(site, explicit: Optional[str] = None):
+    """The cluster this node belongs to.
+
+    ``--cluster``; else the one whose ``slurm_conf`` is ``$SLURM_CONF``; else
+    the only one whose ``slurm_conf`` exists on this host (a compute node has
+    one); else the site's default (or only) cluster.
+    """
+    import os
+
+    if explicit:
+        return site.cluster(explicit)
+    conf = os.environ.get("SLURM_CONF")
+    if conf:
+        named = [c for c in site.clusters.values() if c.slurm_conf and os.path.realpath(c.slurm_conf)
+                 == os.path.realpath(conf)]
+        if len(named) == 1:
+            return named[0]
+    here = [c for c in site.clusters.values() if c.slurm_conf and os.path.exists(c.slurm_conf)]
+    if len(here) == 1:
+        return here[0]
+    return site.cluster()

@@ -132,7 +132,6 @@ def test_every_node_reached_over_ssh_at_its_own_address(devcluster, tmp_path):
         assert "mount:%s" % (tmp_path / "scratch" / node) in names
         if row["cluster"] == "gamma":
             assert names["npu_count"]["message"] == "8 NPUs"          # against Slurm's Gres=npu:8 too
-    # per-node state files: each node checked as itself
     assert not any(row["action"] for row in rows.values())          # no --drain: nothing changed
 
 

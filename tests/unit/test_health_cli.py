@@ -151,3 +151,18 @@ def test_a_check_imports_neither_jinja2_nor_paramiko(tmp_path, site):
                                       check=True, cwd=str(ROOT)).stdout) for _ in range(2)]
     assert runs[0] == [0, ["psutil", "yaml"]]         # the first one parses the site file
     assert runs[1] == [0, ["psutil"]]                 # later ones read it from the cache
+
+
+def test_prometheus_label_values_are_escaped():
+    from slurmkit.health import prom
+    from slurmkit.health.results import NodeReport, fail, ok
+
+    report = NodeReport("n1", "c", "gpu", (ok("memory", "fine", 4000.0), fail('mount:/a"b\\c\nd', "gone")),
+                        started=1796000000.5, duration=0.25)
+    text = prom.render(report)
+    assert 'slurmkit_health_check_status{check="mount:/a\\"b\\\\c\\nd",node="n1",cluster="c",partition="gpu"} 2' \
+        in text
+    assert 'slurmkit_health_check_value{check="memory",node="n1",cluster="c",partition="gpu"} 4000.0' in text
+    assert "slurmkit_health_last_run_timestamp_seconds{node=\"n1\",cluster=\"c\",partition=\"gpu\"} 1796000000.500" \
+        in text
+    assert all(line.startswith(("# HELP ", "# TYPE ", "slurmkit_health_")) for line in text.splitlines())

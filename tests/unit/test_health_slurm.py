@@ -2,7 +2,11 @@
 one node by the ownership rules against FakeSlurm (the real slurmctld: tests/integration/test_health.py)."""
 
 import json
+import os
+import shlex
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from slurmkit.errors import SlurmCommandError
 from slurmkit.health import ownership, slurmside
 from slurmkit.health.results import NodeReport, fail, ok
+from slurmkit.site.model import Cluster, Defaults, Site
 from slurmkit.slurm import parsers
 from slurmkit.testing import FakeSlurm
 
@@ -101,3 +106,32 @@ def test_own_node_name(monkeypatch):
     assert slurmside.own_node_name() == "gn7" and slurmside.own_node_name("x1") == "x1"
     monkeypatch.delenv("SLURMD_NODENAME")
     assert slurmside.own_node_name() == socket.gethostname().split(".")[0]
+
+
+def test_own_node_name_from_the_parent_slurmds_dash_n(tmp_path):
+    """Without $SLURMD_NODENAME, a check started by `slurmd -N NAME` (several slurmds on a host) is NAME."""
+    ask = [sys.executable, "-c", "from slurmkit.health.slurmside import own_node_name; print(own_node_name())"]
+    script = tmp_path / "slurmd"        # a shell script's process is named after the script: "slurmd"
+    script.write_text("#!/bin/sh\n%s\n" % " ".join(shlex.quote(a) for a in ask))
+    script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SLURMD_NODENAME"}
+    out = subprocess.run([str(script), "-N", "gn7"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "gn7"
+    other = subprocess.run(ask, capture_output=True, text=True, env=env, check=True)
+    assert other.stdout.strip() == socket.gethostname().split(".")[0]
+
+
+def test_own_cluster(tmp_path, monkeypatch):
+    (tmp_path / "b.conf").write_text("")
+    site = Site(name="s", path="/dev/null", defaults=Defaults(cluster="a"), clusters={
+        "a": Cluster("a", {}, slurm_conf=str(tmp_path / "a.conf")),
+        "b": Cluster("b", {}, slurm_conf=str(tmp_path / "b.conf")),
+        "c": Cluster("c", {}, slurm_conf=str(tmp_path / "c.conf"))})
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    assert slurmside.own_cluster(site).name == "b"            # the only slurm.conf on this host
+    assert slurmside.own_cluster(site, "c").name == "c"
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "c.conf"))
+    assert slurmside.own_cluster(site).name == "c"
+    (tmp_path / "a.conf").write_text("")
+    monkeypatch.setenv("SLURM_CONF", "/elsewhere")
+    assert slurmside.own_cluster(site).name == "a"            # two here, none named: the default
