@@ -55,7 +55,10 @@ def load(mem: dict, warn_per_core: Optional[float], max_per_core: Optional[float
 
 
 def mount_path(spec_path: str, node: str) -> str:
-    return spec_path.replace("%n", node)
+    """The configured path for ``node`` ("%n" is its name), normalised as the mount table writes it."""
+    import os.path
+
+    return os.path.normpath(spec_path.replace("%n", node))
 
 
 def mounts(specs, outcomes: Dict[str, object], table: Dict[str, str], node: str) -> List[CheckResult]:

@@ -59,7 +59,7 @@ def test_load_warns_then_fails():
 
 
 def test_mounts_every_failure_and_a_pass():
-    specs = [HealthMount("/m/%n", mount=True), HealthMount("/gone"), HealthMount("/ro", writable=True),
+    specs = [HealthMount("/m/%n/", mount=True), HealthMount("/gone"), HealthMount("/ro", writable=True),
              HealthMount("/full", max_used_percent=90), HealthMount("/hung", timeout=2.0),
              HealthMount("/good", mount=True, writable=True, max_used_percent=90)]
     outcomes = {"/gone": Outcome(True, {"exists": False, "is_dir": False}),
