@@ -9,6 +9,7 @@ keep).  Messages say what is wrong and what was expected, because they are
 what the admin reads in the report at 3 a.m.
 """
 
+import os
 from typing import Dict, List, Optional, Tuple
 
 from slurmkit.health import nvml as nv
@@ -56,8 +57,6 @@ def load(mem: dict, warn_per_core: Optional[float], max_per_core: Optional[float
 
 def mount_path(spec_path: str, node: str) -> str:
     """The configured path for ``node`` ("%n" is its name), normalised as the mount table writes it."""
-    import os.path
-
     return os.path.normpath(spec_path.replace("%n", node))
 
 
