@@ -2,13 +2,13 @@
 
 The layers, bottom up:
 
-- sources (``host``, ``nvml``, ``ascend``, ``infiniband``, ``kmsg``): the only
-  modules that import psutil or pynvml or read sysfs and the kernel log, each
-  behind a small function or interface with an injectable root or provider
-  (``fakes`` has the NVML fake and the sysfs/kmsg tree writers tests use);
-- ``probe``: runs a source that can block in the kernel (a dead NFS mount, a
-  hung GPU driver, an HCA's firmware) in a forked child with a deadline, so a
-  check never hangs;
+- ``sources/`` (``host``, ``nvml``, ``ascend``, ``infiniband``, ``kmsg``): the
+  only modules that import psutil or pynvml or read sysfs and the kernel log,
+  each behind a small function or interface with an injectable root or
+  provider (``sources/fakes`` has the NVML fake and the sysfs/kmsg tree
+  writers tests use); ``sources/probe`` runs a reading that can block in the
+  kernel (a dead NFS mount, a hung GPU driver, an HCA's firmware) in a forked
+  child with a deadline, so a check never hangs;
 - ``checks``: pure functions from readings and thresholds to
   :class:`~slurmkit.health.results.CheckResult` values;
 - ``plan`` (what one node is checked against), ``node`` (one node's check,

@@ -12,8 +12,8 @@ what the admin reads in the report at 3 a.m.
 import os
 from typing import Dict, List, Optional, Tuple
 
-from slurmkit.health import nvml as nv
-from slurmkit.health.infiniband import LINK_COUNTERS, NOISE_COUNTERS
+from slurmkit.health.sources import nvml as nv
+from slurmkit.health.sources.infiniband import LINK_COUNTERS, NOISE_COUNTERS
 from slurmkit.health.results import CheckResult, fail, ok, warn
 
 

@@ -12,7 +12,8 @@ from typing import Callable, NamedTuple
 
 # The source modules import psutil and pynvml only inside their functions:
 # importing them here costs nothing a check does not use.
-from slurmkit.health import ascend, checks, host, infiniband, kmsg, nvml, probe, state
+from slurmkit.health import checks, state
+from slurmkit.health.sources import ascend, host, infiniband, kmsg, nvml, probe
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.results import NodeReport, fail
 

@@ -104,7 +104,7 @@ def has_job(node_info) -> bool:
 
 def build(site, cluster, partition, node: str, node_info=None) -> CheckPlan:
     """The plan for ``node`` of ``cluster`` checked as ``partition``; ``node_info`` adds Slurm's facts."""
-    from slurmkit.health.infiniband import expected_ports
+    from slurmkit.health.sources.infiniband import expected_ports
 
     checks = partition.health
     gres_name = partition.effective_gres_name

@@ -107,7 +107,7 @@ def own_node_name(explicit: Optional[str] = None, proc: str = "/proc") -> str:
     except OSError:
         comm, cmdline = "", []
     if comm == "slurmd":
-        from slurmkit.health.host import slurmd_node
+        from slurmkit.health.sources.host import slurmd_node
 
         name = slurmd_node(cmdline)
         if name:

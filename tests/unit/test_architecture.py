@@ -142,8 +142,9 @@ def test_each_heavy_module_has_one_home(module, homes):
 
 
 @pytest.mark.parametrize("module", ["psutil", "pynvml"])
-def test_node_probes_live_in_health(module):
-    assert all(name.startswith("slurmkit.health.") for name in _importers_of(module))
+def test_node_readings_live_in_health_sources(module):
+    assert _importers_of(module)
+    assert all(name.startswith("slurmkit.health.sources.") for name in _importers_of(module))
 
 
 def test_setup_cfg_lists_every_package():

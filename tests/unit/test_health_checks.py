@@ -8,10 +8,11 @@ stray processes, NPU count, InfiniBand state, rate and error growth.
 
 import pytest
 
-from slurmkit.health import checks, infiniband, kmsg, nvml
-from slurmkit.health.fakes import FakeGpu, FakeNvml, write_ib_port, write_kernel_log, xid_line
+from slurmkit.health import checks
+from slurmkit.health.sources import infiniband, kmsg, nvml
+from slurmkit.health.sources.fakes import FakeGpu, FakeNvml, write_ib_port, write_kernel_log, xid_line
 from slurmkit.health.plan import CheckPlan
-from slurmkit.health.probe import Outcome
+from slurmkit.health.sources.probe import Outcome
 from slurmkit.health.results import FAIL, OK, WARN
 from slurmkit.site.model import Fabric, HealthChecks, HealthMount
 
@@ -202,7 +203,7 @@ def test_npu_count(tmp_path):
         os.mknod(str(tmp_path / ("davinci%d" % i)), 0o600 | 0o020000, os.makedev(1, 3))   # char devices
     (tmp_path / "davinci_manager").touch()
     (tmp_path / "davinci7").touch()                   # a plain file is no device
-    from slurmkit.health import ascend
+    from slurmkit.health.sources import ascend
 
     reading = ascend.count_devices(str(tmp_path))
     assert reading["count"] == 7 and reading["devices"][-1] == "davinci6"

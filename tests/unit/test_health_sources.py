@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from slurmkit.health import checks, host, infiniband, kmsg, nvml, probe
+from slurmkit.health import checks
+from slurmkit.health.sources import host, infiniband, kmsg, nvml, probe
 
 ROOT = os.geteuid() == 0
 

@@ -1,7 +1,7 @@
 """The NVIDIA GPU source, through NVML (the ``nvidia-ml-py`` package's ``pynvml``).
 
 The provider is anything with the subset of pynvml's API used below: the
-real module (:func:`load_pynvml`), or ``slurmkit.health.fakes.FakeNvml`` in
+real module (:func:`load_pynvml`), or ``slurmkit.health.sources.fakes.FakeNvml`` in
 tests.  :func:`read_gpus` turns it into one plain dict; a GPU check never
 raises: no NVML (library or driver missing) is ``available: false`` with the
 reason, a lost GPU is ``lost: true``, and a query the GPU does not support

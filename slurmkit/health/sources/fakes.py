@@ -2,7 +2,7 @@
 
 Each is small and mirrors the real interface exactly where slurmkit uses it:
 
-- :class:`FakeNvml` answers the pynvml calls ``slurmkit.health.nvml``
+- :class:`FakeNvml` answers the pynvml calls ``slurmkit.health.sources.nvml``
   makes, for a list of :class:`FakeGpu` boards, raising pynvml-style errors
   (an exception with ``.value``) for lost GPUs and unsupported queries;
 - :func:`write_ib_port` lays out ``<root>/<hca>/ports/<port>/...`` as the
