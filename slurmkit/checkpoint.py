@@ -506,7 +506,9 @@ def resume_path(root=None, conventions=CONVENTIONS, log=sys.stderr):
     found = latest(root, conventions)
     if log is not None:
         for path, reason in found.skipped:
-            print("slurmkit.checkpoint: skipped %s: %s" % (path, reason), file=log, flush=True)
+            # one write per line: several ranks may share the job's output file
+            log.write("slurmkit.checkpoint: skipped %s: %s\n" % (path, reason))
+            log.flush()
     return found.path
 
 
