@@ -48,7 +48,8 @@ def attempt_spec(tracked: Tracked, attempt: Attempt, partition_nodes: Optional[i
     excluded = [n for n in tracked.excluded if n not in spec.exclude]
     if partition_nodes is not None:
         room = max(0, partition_nodes - spec.nodes - len(spec.exclude))
-        excluded = excluded[len(excluded) - room:] if room else []
+        # The newest `room` of them (all when fewer: a negative start would keep only the last).
+        excluded = excluded[max(0, len(excluded) - room):] if room else []
     return spec._replace(token=attempt.token, checkpoint_dir=tracked.checkpoint_dir, attempt=attempt.number,
                          resume_from=attempt.resume_from, exclude=tuple(spec.exclude) + tuple(excluded))
 

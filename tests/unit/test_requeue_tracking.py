@@ -1,0 +1,40 @@
+"""Each attempt's job spec: the tracked spec plus attempt number, checkpoint and the nodes to avoid."""
+
+import pytest
+
+from slurmkit.requeue.journal import Attempt, Tracked
+from slurmkit.requeue.tracking import attempt_spec
+
+
+def _tracked(excluded, nodes=1, exclude=()):
+    return Tracked(id=1, name="train", site="local", cluster="alpha", partition="cpu",
+                   spec={"command": ["python", "train.py"], "nodes": nodes, "exclude": list(exclude)},
+                   checkpoint_dir="/ckpt/train", shared_clusters=[], budget={}, state="active", reason="",
+                   excluded=list(excluded), created=0.0, updated=0.0)
+
+
+def _attempt(number=2, resume_from="/ckpt/train/step-000020"):
+    return Attempt(id=7, tracked_id=1, number=number, token="tok2", cluster="alpha", job_id=None, phase="intent",
+                   resume_from=resume_from, resume_step=20)
+
+
+def test_an_attempt_carries_its_token_number_checkpoint_and_exclusions():
+    spec = attempt_spec(_tracked(["an1"], exclude=["an4"]), _attempt())
+    assert (spec.token, spec.attempt, spec.checkpoint_dir, spec.resume_from) == (
+        "tok2", 2, "/ckpt/train", "/ckpt/train/step-000020")
+    assert spec.exclude == ("an4", "an1")          # the user's own first, then the daemon's
+
+
+@pytest.mark.parametrize("excluded,nodes,partition_nodes,kept", [
+    # room for 3 (4 nodes, a 1-node job): both failed nodes stay excluded
+    (["an1", "an2"], 1, 4, ("an1", "an2")),
+    (["an1", "an2", "an3"], 1, 4, ("an1", "an2", "an3")),
+    # more failed nodes than room: the newest ones, so the job can still run somewhere
+    (["an1", "an2", "an3", "an4"], 1, 4, ("an2", "an3", "an4")),
+    (["an1", "an2", "an3"], 2, 4, ("an2", "an3")),
+    # no room at all: none
+    (["an1"], 4, 4, ()),
+])
+def test_exclusions_leave_the_job_room_to_run(excluded, nodes, partition_nodes, kept):
+    spec = attempt_spec(_tracked(excluded, nodes=nodes), _attempt(), partition_nodes)
+    assert spec.exclude == kept
