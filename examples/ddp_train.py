@@ -28,7 +28,8 @@ that resumes at 10, ends with the same loss, bit for bit, as 20 steps at once
 (with the same world size and the same number of threads).
 
 Exit status: 0 trained to --steps; 75 saved on SIGUSR1, resume me; 2 bad
-usage, or PyTorch missing (one ``error:`` line, no traceback); anything else
+usage, or PyTorch missing (one ``error:`` line, no traceback); CODE of
+``--first-attempt-exit`` (a test's stand-in for an NCCL error); anything else
 is a failure.
 """
 
@@ -40,6 +41,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import warnings
 
 EXIT_SAVED = 75          # sysexits EX_TEMPFAIL; slurmkit.checkpoint.EXIT_SAVED
@@ -76,10 +78,30 @@ def parse_args(argv):
     p.add_argument("--log-every", type=int, default=10, help="rank 0 prints the training loss")
     p.add_argument("--self-signal-at", type=int, default=None, metavar="STEP",
                    help="testing: rank 0 sends itself SIGUSR1 after this step, as Slurm would")
+    # The first attempt of a job under slurmkit's requeue daemon (SLURMKIT_ATTEMPT 1, or
+    # outside such a job): what a test fails; the daemon's restarts then run normally.
+    p.add_argument("--first-attempt-step-seconds", type=float, default=0.0, metavar="S",
+                   help="testing: on the first attempt, sleep S seconds after every step (a slow model: "
+                        "a test can fail the run part-way); restarts run at full speed")
+    p.add_argument("--first-attempt-exit", type=_step_code, default=None, metavar="STEP:CODE",
+                   help="testing: on the first attempt, every rank exits with CODE after STEP (and its "
+                        "checkpoint, if one is due), as a program does after an NCCL error")
     args = p.parse_args(argv)
     if args.steps < 0 or args.batch_size < 1 or args.checkpoint_every < 0:
         p.error("--steps and --checkpoint-every must be >= 0, --batch-size >= 1")
     return args
+
+
+def _step_code(text):
+    step, sep, code = text.partition(":")
+    if not (sep and step.isdigit() and code.isdigit() and 1 <= int(code) <= 255):
+        raise argparse.ArgumentTypeError("STEP:CODE, e.g. 30:42 (CODE 1-255)")
+    return int(step), int(code)
+
+
+def first_attempt():
+    """Whether this is a job's first run: SLURMKIT_ATTEMPT unset (no daemon) or 1."""
+    return os.environ.get("SLURMKIT_ATTEMPT", "1") in ("", "1")
 
 
 def import_torch():
@@ -243,6 +265,7 @@ def main(argv=None):
 
     loss_fn = torch.nn.MSELoss()
     step = start
+    pace, exit_at = (args.first_attempt_step_seconds, args.first_attempt_exit) if first_attempt() else (0.0, None)
     while step < args.steps:
         x, y = data(args.batch_size, step)
         x, y = x[rank::world].to(device), y[rank::world].to(device)
@@ -251,6 +274,8 @@ def main(argv=None):
         loss.backward()                                          # DDP averages the gradients
         opt.step()
         step += 1
+        if pace:
+            time.sleep(pace)
         if rank == 0 and args.log_every and step % args.log_every == 0:
             say("step=%d train_loss=%.6f" % (step, loss.item()))
         if args.self_signal_at == step and rank == 0:
@@ -268,6 +293,10 @@ def main(argv=None):
             say("stop rank=%d step=%d: SIGUSR1 (%s); exit %d, resume me" % (rank, step, saved, EXIT_SAVED))
             finish(dist)
             return EXIT_SAVED
+        if exit_at is not None and step == exit_at[0]:
+            say("exit rank=%d step=%d: --first-attempt-exit, status %d" % (rank, step, exit_at[1]))
+            finish(dist)
+            return exit_at[1]
 
     # Evaluation on a fixed set, each rank its share, the sums all-reduced.
     with torch.no_grad():
