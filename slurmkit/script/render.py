@@ -9,6 +9,15 @@ Safety model: every value a template prints is shell-quoted unless it is a
 ``#SBATCH`` lines are parsed by sbatch, not by a shell: their values use
 sbatch's own quoting (double quotes, backslash escapes), and values with
 control characters are refused because a newline would end the directive.
+Every rendered script is checked to have all its directives where sbatch
+reads them (before the first line that is not a comment), so no value, the
+site's or a template's, can make sbatch ignore them.
+
+The command reaches its launcher safely: ``exec --``, ``srun ... --`` and
+``torchrun ... --`` end the launchers' options, so a command whose first
+word starts with ``-`` is run, not read as an option.  Variables Slurm sets
+for the job (``SLURM_*``) and those the script's own shell reads (``IFS``,
+``BASH_ENV``, ...) are refused in ``--env``.
 """
 
 import os
@@ -18,7 +27,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.script import collective
 from slurmkit.slurm import times
-from slurmkit.errors import JobDoesNotFitError, UsageError
+from slurmkit.errors import ConfigError, JobDoesNotFitError, UsageError
 from slurmkit.site.model import Cluster, Partition, Site
 
 TEMPLATE_SUFFIX = ".sh.j2"
@@ -36,11 +45,25 @@ def _builtin_templates() -> str:
 
 BUILTIN_TEMPLATES = _builtin_templates()
 COMM_MODES = ("heavy", "light")
+# Patterns are matched whole (fullmatch) and in ASCII: with "^...$" a value
+# ending in a newline matches too, and "\d" takes digits of any script.
 # An interpreter by name or path: python, python3, python3.11, /opt/venv/bin/python.
-_PYTHON_RE = re.compile(r"^python[0-9.]*$")
-_UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHON_RE = re.compile(r"python[0-9.]*", re.ASCII)
+_UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_SBATCH_PLAIN_RE = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+", re.ASCII)
+# Slurm sets these for the job and its steps read them: SLURM_JOB_ID=7 in the
+# script sends every srun step into job 7, SLURM_NTASKS changes its shape.
+_SLURM_ENV_PREFIXES = ("SLURM_", "SLURMD_")
+# The job script's own bash reads these: IFS breaks its word splitting,
+# SHELLOPTS/BASHOPTS are read-only (the export would kill the script),
+# BASH_ENV and ENV run a file in every bash the script starts.
+_SHELL_ENV = ("IFS", "SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "BASH_XTRACEFD", "PS4", "POSIXLY_CORRECT")
+# The #SBATCH option each directive comes from on slurmkit's command line, for messages.
+_OPTION_OF = {"--job-name": "--job-name/-J", "--partition": "--partition/-p", "--time": "--time/-t",
+              "--account": "--account/-A", "--qos": "--qos/-q", "--output": "--output/-o",
+              "--nodelist": "--nodelist/-w", "--exclude": "--exclude/-x", "--comment": "--token"}
 
 
 class Trusted(str):
@@ -87,6 +110,8 @@ class RenderedJob(NamedTuple):
     partition: str
     switches: Optional[int]
     switch_wait: Optional[str] = None        # the wait in --switches=N@WAIT, after the cluster's cap
+    output: Optional[str] = None             # the --output pattern rendered (checked before sbatch)
+    name: Optional[str] = None               # the job name rendered (Slurm's %x)
 
     def to_dict(self):
         """Everything but the script, for ``--json`` output."""
@@ -104,13 +129,28 @@ class Launch(NamedTuple):
     problem: Optional[str] = None            # why torchrun cannot start this command, if it cannot
 
 
-def sbatch_quote(value) -> str:
+def check_env_name(key: str, source: str = "--env") -> None:
+    """Refuse a variable name the job cannot be given (UsageError, prefixed with ``source`` when given)."""
+    prefix = "%s: " % source if source else ""
+    if not _ENV_NAME_RE.fullmatch(key):
+        raise UsageError("%s%r is not a valid environment variable name (letters, digits and '_', not "
+                         "starting with a digit)" % (prefix, key))
+    if key.startswith(_SLURM_ENV_PREFIXES):
+        raise UsageError("%s%s is set by Slurm for the job; a value of your own would send its srun steps "
+                         "into another job or change their shape: use the matching slurmkit option instead"
+                         % (prefix, key))
+    if key in _SHELL_ENV:
+        raise UsageError("%s%s is read by the job script's own shell, which it would break; set it inside "
+                         "your program instead" % (prefix, key))
+
+
+def sbatch_quote(value, option: str = "") -> str:
     """Quote a value for a ``#SBATCH`` line the way sbatch's parser reads it."""
     text = str(value)
     if _CONTROL_RE.search(text):
-        raise UsageError("%r contains a control character (such as a newline), which cannot go on an #SBATCH line"
-                         % text)
-    if text and re.match(r"^[A-Za-z0-9_.,:@%/+=-]+$", text):
+        raise UsageError("%s%r contains a control character (such as a newline), which cannot go on an #SBATCH "
+                         "line" % ("%s " % option if option else "", text))
+    if text and _SBATCH_PLAIN_RE.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -142,16 +182,62 @@ def available_templates(site: Optional[Site] = None) -> Dict[str, str]:
             continue
         for filename in names:
             name = filename[:-len(TEMPLATE_SUFFIX)]
-            if filename.endswith(TEMPLATE_SUFFIX) and not name.startswith("_"):
-                found.setdefault(name, os.path.join(directory, filename))
+            path = os.path.join(directory, filename)
+            # A FIFO or device named like a template would block or flood whoever reads it.
+            if filename.endswith(TEMPLATE_SUFFIX) and not name.startswith("_") and os.path.isfile(path):
+                found.setdefault(name, path)
     return found
 
 
 def template_description(path: str) -> str:
     """The first ``{# ... #}`` comment of a template, for `slurmkit templates`."""
-    with open(path) as fh:
-        m = re.search(r"\{#\s*(.*?)\s*#\}", fh.read(), re.S)
+    from slurmkit import textfile
+
+    try:
+        text = textfile.read_text(path, TEMPLATE_LIMIT)
+    except textfile.FileProblem as exc:
+        return "(unreadable: %s)" % exc
+    m = re.search(r"\{#\s*(.*?)\s*#\}", text, re.S)
     return " ".join(m.group(1).split()) if m else ""
+
+
+# A template is a page of shell; a larger file is a mistake (or /dev/zero).
+TEMPLATE_LIMIT = 1 << 20
+
+
+def _bounded_loader(jinja2, searchpath):
+    """jinja2's FileSystemLoader, reading every file (templates, includes, parents) with
+    :func:`slurmkit.textfile.read_text`: a FIFO, a device, a huge or non-UTF-8 file is one
+    ConfigError naming it, never a hang or a crash."""
+    from slurmkit import textfile
+    from jinja2.loaders import split_template_path
+
+    class BoundedLoader(jinja2.FileSystemLoader):
+        def get_source(self, environment, template):
+            pieces = split_template_path(template)
+            for directory in self.searchpath:
+                filename = os.path.join(directory, *pieces)
+                if not os.path.lexists(filename):
+                    continue
+                try:
+                    source = textfile.read_text(filename, TEMPLATE_LIMIT)
+                    mtime = os.path.getmtime(filename)
+                except textfile.FileProblem as exc:
+                    raise ConfigError("template file %s%s: %s" % (
+                        filename, ":%d" % exc.line if exc.line else "", exc)) from None
+                except OSError as exc:
+                    raise ConfigError("template file %s: cannot read: %s" % (filename, exc.strerror or exc)) from None
+
+                def uptodate(filename=filename, mtime=mtime):
+                    try:
+                        return os.path.getmtime(filename) == mtime
+                    except OSError:
+                        return False
+
+                return source, os.path.normpath(filename), uptodate
+            raise jinja2.TemplateNotFound(template)
+
+    return BoundedLoader(searchpath)
 
 
 def _environment(site: Optional[Site]):
@@ -163,7 +249,7 @@ def _environment(site: Optional[Site]):
     # compiling them is most of a fresh process's rendering time.
     cache_dir = private_dir("templates")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(template_dirs(site)),
+        loader=_bounded_loader(jinja2, template_dirs(site)),
         bytecode_cache=jinja2.FileSystemBytecodeCache(str(cache_dir)) if cache_dir else None,
         undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
         keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -197,6 +283,10 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
                                  % (spec.procs_per_node, where, partition.cpus_per_node))
     asked = times.parse_minutes(time)
     limit = times.parse_minutes(partition.max_time) if partition.max_time else None
+    if limit is not None and times.is_zero(time):
+        # sbatch reads 0 as "no limit": the job would pend forever against the partition's.
+        raise JobDoesNotFitError("the job asks for --time=%s, which Slurm reads as no time limit, but the time "
+                                 "limit of %s is %s; give a time up to that" % (time, where, partition.max_time))
     if limit is not None and (asked is None or asked > limit):
         raise JobDoesNotFitError("the job asks for --time=%s but the time limit of %s is %s"
                                  % (time, where, partition.max_time))
@@ -290,13 +380,15 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     opts.append(("--output", spec.output or output_file_name(name)))
     if spec.token:
         opts.append(("--comment", "slurmkit:" + spec.token))
-    return ["%s=%s" % (k, sbatch_quote(v)) if v is not None else k for k, v in opts]
+    return ["%s=%s" % (k, sbatch_quote(v, _OPTION_OF.get(k, k))) if v is not None else k for k, v in opts]
 
 
 def _exports(env: Dict[str, str], source: str) -> List[Trusted]:
     lines = []
     for key, value in env.items():
-        if not _ENV_NAME_RE.match(key):
+        if source == "--env":
+            check_env_name(key, source)
+        elif not _ENV_NAME_RE.fullmatch(key):
             raise UsageError("%s: %r is not a valid environment variable name" % (source, key))
         lines.append(Trusted("export %s=%s" % (key, shell_quote(value))))
     return lines
@@ -321,7 +413,7 @@ def launcher_command(command: Sequence[str]) -> Launch:
     argv = tuple(command)
     if not argv:
         return Launch(None, argv, False, "")
-    if _PYTHON_RE.match(os.path.basename(argv[0])):
+    if _PYTHON_RE.fullmatch(os.path.basename(argv[0])):
         python, rest = argv[0], list(argv[1:])
         while rest and rest[0] == "-u":
             rest.pop(0)
@@ -334,9 +426,11 @@ def launcher_command(command: Sequence[str]) -> Launch:
             "torchrun starts a Python script or module (python train.py, python -m pkg.train); %s given "
             "after %s cannot be passed on to its workers: set interpreter options through the environment "
             "(--env PYTHONOPTIMIZE=1, PYTHONWARNINGS=...) or use template srun" % (what, python)))
+    # A first word starting with '-' would be read as torchrun's own option: '--' ends those.
+    safe = ("--",) + argv if argv[0].startswith("-") else argv
     if argv[0].endswith(".py"):
-        return Launch(None, argv, True, _stem(argv[0]))
-    return Launch(None, argv, False, os.path.basename(argv[0]))
+        return Launch(None, safe, True, _stem(argv[0]))
+    return Launch(None, safe, False, os.path.basename(argv[0]))
 
 
 class _UserEnv:
@@ -393,8 +487,14 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
 
     if not spec.command:
         raise UsageError("no command given; put it after '--', e.g. slurmkit submit -- python train.py")
+    if not spec.command[0].strip():
+        raise UsageError("the command's first word is empty; name the program to run, e.g. -- python train.py")
     if spec.comm not in COMM_MODES:
         raise UsageError("--comm must be one of: %s" % ", ".join(COMM_MODES))
+    if spec.switches is not None and spec.comm != "heavy":
+        # Light jobs ask for no switch count: --switches would vanish without a word.
+        raise UsageError("--switches %d applies to --comm heavy only; add --comm heavy, or leave --switches out"
+                         % spec.switches)
     template_name = spec.template or site.defaults.template
     templates = available_templates(site)
     if template_name not in templates:
@@ -402,12 +502,16 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     gpus = partition.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
     time = spec.time or site.defaults.time
     check_fit(spec, partition, cluster, gpus, time)
+    zero_time = times.is_zero(time)
     if template_name == "single" and spec.nodes != 1:
         raise UsageError("template 'single' runs one process on one node; use --nodes 1 or template 'srun'")
     if template_name == "single" and (spec.procs_per_node or 1) > 1:
         raise UsageError("template 'single' runs one process; for --procs-per-node %d use template 'torchrun' "
                          "or 'srun'" % spec.procs_per_node)
     warnings = collective.lint(partition, "partition %s" % partition.name)
+    if zero_time:
+        warnings.append("--time=%s is no time limit to Slurm (not zero minutes); the job runs until it ends"
+                        % time)
 
     switches = None
     wait = None
@@ -488,13 +592,9 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         "nproc_per_node": workers,
         "rdzv_ports": (lo, hi),
     }
-    try:
-        script = _environment(site).get_template(template_name + TEMPLATE_SUFFIX).render(context)
-    except jinja2.UndefinedError as exc:
-        raise UsageError("template %r uses an undefined value: %s" % (template_name, exc)) from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise UsageError("template %s line %s: %s" % (exc.filename or template_name, exc.lineno, exc.message)) from None
+    script = _render_template(site, template_name, context)
     _check_env_survives(script, user_exports, spec.env, template_name)
+    _check_directives_reach_sbatch(script, context["directives"], template_name)
     warnings.extend(user_sets.warnings)
     from slurmkit.slurm.commands import SCRIPT_TRAILER
 
@@ -506,4 +606,74 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         script += SCRIPT_TRAILER + "\n"
     return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
                        cluster=cluster.name, partition=partition.name, switches=switches,
-                       switch_wait=wait)
+                       switch_wait=wait, output=spec.output or output_file_name(name), name=name)
+
+
+def _render_template(site: Site, template_name: str, context: dict) -> str:
+    """The template rendered; any way a template can fail is one UsageError naming it (and its line).
+
+    Besides undefined values and syntax: a missing include, a file that is
+    not UTF-8 or not a regular file, a runtime error in an expression, a
+    template that extends or includes itself.  slurmkit's own errors raised
+    while rendering (a refused value) pass through unchanged.
+    """
+    import jinja2
+
+    from slurmkit.errors import ConfigError, SlurmkitError
+
+    try:
+        return _environment(site).get_template(template_name + TEMPLATE_SUFFIX).render(context)
+    except SlurmkitError:
+        raise
+    except jinja2.UndefinedError as exc:
+        raise ConfigError("template %r uses an undefined value: %s%s"
+                          % (template_name, exc, _template_line(exc.__traceback__))) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError("template %s line %s: %s" % (exc.filename or template_name, exc.lineno,
+                                                       exc.message)) from None
+    except jinja2.TemplateNotFound as exc:
+        raise ConfigError("template %r includes or extends %r, which is in none of the template directories (%s)"
+                          % (template_name, exc.name, ", ".join(template_dirs(site)))) from None
+    except RecursionError:
+        raise ConfigError("template %r extends or includes itself (directly or through another template)"
+                          % template_name) from None
+    except jinja2.TemplateError as exc:
+        raise ConfigError("template %r: %s%s" % (template_name, exc.message or exc,
+                                                 _template_line(exc.__traceback__))) from None
+    except Exception as exc:  # an expression that fails at run time: 1/0, a call on a string, ...
+        raise ConfigError("template %r failed: %s: %s%s" % (template_name, type(exc).__name__, exc,
+                                                          _template_line(exc.__traceback__))) from None
+
+
+def _template_line(tb) -> str:
+    """`` (FILE line N)`` of the innermost template frame in a traceback (jinja2 rewrites frames to the
+    template's file and line), or ""."""
+    where = ""
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(TEMPLATE_SUFFIX):
+            where = " (%s line %d)" % (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return where
+
+
+def _check_directives_reach_sbatch(script: str, directives: Sequence[str], template: str) -> None:
+    """Refuse a script where sbatch would not read every directive.
+
+    sbatch reads ``#SBATCH`` lines only up to the first line that is neither
+    blank nor a comment: a newline inside a value printed into the header
+    (a site or cluster name, a template's own line) would make it silently
+    ignore the partition, the time, the token -- the job would run elsewhere
+    and be submitted twice on a retry.
+    """
+    read = set()
+    for line in script.split("\n")[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if text.startswith("#SBATCH "):
+            read.add(text[len("#SBATCH "):])
+    lost = [d for d in directives if str(d) not in read]
+    if lost:
+        raise ConfigError("template %s puts a line that is not a comment before #SBATCH %s, so sbatch would ignore "
+                          "it: every #SBATCH line must come before the first command" % (template, lost[0]))

@@ -10,13 +10,15 @@ from typing import Optional
 
 from slurmkit.errors import UsageError
 
+# Matched whole (fullmatch) in ASCII digits: Python's \d and int() also take
+# '٣' or '３', which sbatch does not read as numbers.
 _TIME_FORMS = (
-    (re.compile(r"^(\d+)$"), ("m",)),
-    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
-    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
+    (re.compile(r"([0-9]+)", re.ASCII), ("m",)),
+    (re.compile(r"([0-9]+):([0-9]+)", re.ASCII), ("m", "s")),
+    (re.compile(r"([0-9]+):([0-9]+):([0-9]+)", re.ASCII), ("h", "m", "s")),
+    (re.compile(r"([0-9]+)-([0-9]+)", re.ASCII), ("d", "h")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)", re.ASCII), ("d", "h", "m")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)", re.ASCII), ("d", "h", "m", "s")),
 )
 UNLIMITED_TIMES = ("unlimited", "infinite")
 TIME_FORMATS_TEXT = "[D-]HH:MM:SS, MM:SS, MM, D-HH, D-HH:MM or UNLIMITED"
@@ -34,7 +36,7 @@ def slurm_time_seconds(text) -> Optional[int]:
     if text.lower() in UNLIMITED_TIMES:
         return None
     for pattern, fields in _TIME_FORMS:
-        match = pattern.match(text)
+        match = pattern.fullmatch(text)
         if not match:
             continue
         parts = dict(zip(fields, (int(g) for g in match.groups())))
@@ -48,6 +50,14 @@ def slurm_time_seconds(text) -> Optional[int]:
         return (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600
                 + parts.get("m", 0) * 60 + parts.get("s", 0))
     raise ValueError("%r is not a valid Slurm time; use %s" % (text, TIME_FORMATS_TEXT))
+
+
+def is_zero(text) -> bool:
+    """Whether a valid Slurm time is zero: sbatch reads ``--time=0`` as *no* time limit, not as none at all."""
+    try:
+        return slurm_time_seconds(text) == 0
+    except ValueError:
+        return False
 
 
 def parse_minutes(text) -> Optional[float]:

@@ -59,5 +59,5 @@ done
 export MASTER_PORT
 
 # 8 task(s) per node; a PyTorch program reads its rank from SLURM_PROCID.
-srun --kill-on-bad-exit=1 python train.py --lr 3e-4
+srun --kill-on-bad-exit=1 -- python train.py --lr 3e-4
 # end of slurmkit job script

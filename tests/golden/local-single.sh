@@ -13,5 +13,5 @@ set -euo pipefail
 # Collective library settings for the ethernet fabric of partition cpu.
 export GLOO_SOCKET_IFNAME=lo
 
-exec /home/me/venvs/torch/bin/python train.py
+exec -- /home/me/venvs/torch/bin/python train.py
 # end of slurmkit job script

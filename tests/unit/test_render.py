@@ -108,11 +108,11 @@ def test_hostile_arguments_are_quoted_and_reach_the_program_byte_for_byte(tmp_pa
     spec = SPEC._replace(command=("printf", "%s\\0", *args), template="single", nodes=1, comm="light",
                    env={"EVIL": "$(touch %s)" % marker})
     script = _render_default(site, spec, None).script
-    assert "\nexec printf " in script
-    launch = "exec " + script.split("\nexec ", 1)[1]  # a quoted newline argument spans two lines
+    assert "\nexec -- printf " in script
+    launch = "exec -- " + script.split("\nexec -- ", 1)[1]  # a quoted newline argument spans two lines
     # Run the rendered command line and the export in a real shell: nothing executes, bytes survive.
     export = [ln for ln in script.splitlines() if ln.startswith("export EVIL=")][0]
-    out = subprocess.run(["bash", "-c", export + "\n" + launch[len("exec "):] + "\nprintf '%s' \"$EVIL\""],
+    out = subprocess.run(["bash", "-c", export + "\n" + launch[len("exec -- "):] + "\nprintf '%s' \"$EVIL\""],
                          capture_output=True).stdout
     *received, evil = out.split(b"\0")
     assert [r.decode() for r in received] == args

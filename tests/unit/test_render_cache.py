@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurmkit.script import render as rendering
-from slurmkit.script.cache import PLACEHOLDER, render_cached
+from slurmkit.script.cache import PLACEHOLDER_PREFIX, render_cached
 from slurmkit.site import load_site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def test_a_hit_is_byte_identical_to_a_fresh_render(setup):
     assert len(calls) == 1                               # the second came from the cache
     fresh = rendering.render(site, site.cluster(), site.partition(site.cluster()), SPEC._replace(token="tok-2"))
     assert second == fresh
-    assert "slurmkit:tok-1" in first.script and PLACEHOLDER not in first.script + second.script
+    assert "slurmkit:tok-1" in first.script and PLACEHOLDER_PREFIX not in first.script + second.script
 
 
 def test_any_change_of_the_job_renders_again(setup):
