@@ -22,8 +22,13 @@ if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo nor a
     from slurmkit.results import GroupResult
     from slurmkit.slurm.types import JobInfo
 
-_REF_RE = re.compile(r"^(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>\d+)$")
-TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Whole-string patterns (fullmatch, ASCII): "$" would let a trailing newline
+# through, and "\d" would take digits of every script.
+_REF_RE = re.compile(r"(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>[0-9]+)", re.ASCII)
+TOKEN_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
+# How long a submission waits for another one with the same token (same as
+# the cluster-side wrapper's flock -w 60).
+TOKEN_LOCK_WAIT_S = 60.0
 
 
 class JobRef(NamedTuple):
@@ -48,7 +53,7 @@ class Submission(NamedTuple):
 
 
 def parse_ref(text: str, session: Session) -> JobRef:
-    m = _REF_RE.match(text.strip())
+    m = _REF_RE.fullmatch(text.strip(" "))
     if not m:
         raise UsageError("%r is not a job id; use JOBID or CLUSTER:JOBID (e.g. alpha:1234)" % text)
     cluster = session.site.cluster(m.group("cluster")).name  # validates the cluster name
@@ -68,8 +73,8 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     """
     if spec.token is None:
         spec = spec._replace(token=new_token())
-    elif not TOKEN_RE.match(spec.token):
-        raise UsageError("--token must be 1-64 letters, digits, '.', '_' or '-'")
+    elif not TOKEN_RE.fullmatch(spec.token):
+        raise UsageError("--token %r: a token is 1-64 letters, digits, '.', '_' or '-'" % spec.token)
     site = session.site
     target = site.cluster(cluster)
     part = site.partition(target, partition)
@@ -97,14 +102,164 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
         token = new_token()
         spec = spec._replace(token=token)
     rendered = prepare(session, spec, cluster, partition)
+    check_output_place(session, rendered)
     backend = session.backend(rendered.cluster)
-    if caller_token:
-        # The caller may be retrying: never create a second job for the same token.
+    # The caller may be retrying (or running the same command twice at once):
+    # never create a second job for the same token.
+    job_id, existed = submit_once(backend, rendered.cluster, rendered.script, token, look_first=caller_token)
+    return Submission(JobRef(rendered.cluster, job_id), rendered, token, existed=existed)
+
+
+def submit_once(backend, cluster: str, script: str, token: str, look_first: bool = True) -> Tuple[str, bool]:
+    """Submit ``script`` unless a job with ``token`` exists; (job id, whether it existed).
+
+    The look for the token and the sbatch are one critical section, however
+    the cluster is reached: over SSH the cluster-side wrapper holds a
+    per-user, per-token lock around both (``backend.submit_once``); for a
+    cluster used from here, :func:`token_lock` does, so twenty processes
+    submitting one token at once make one job and report it nineteen times.
+    A fresh token (``look_first`` False) cannot have a job yet: no lock, no look.
+    """
+    if not look_first:
+        return backend.submit(script, token=token), False
+    if backend.submit_once:
         existing = job_with_token(backend, token)
         if existing is not None:
-            return Submission(JobRef(rendered.cluster, existing.job_id), rendered, token, existed=True)
-    job_id = backend.submit(rendered.script, token=token)
-    return Submission(JobRef(rendered.cluster, job_id), rendered, token)
+            return existing.job_id, True
+        return backend.submit(script, token=token), False   # the wrapper looks again, under its lock
+    with token_lock(cluster, token):
+        existing = job_with_token(backend, token)
+        if existing is not None:
+            return existing.job_id, True
+        return backend.submit(script, token=token), False
+
+
+class token_lock:
+    """An exclusive per-user, per-cluster, per-token lock on this machine (flock), for at most
+    TOKEN_LOCK_WAIT_S; raises SlurmkitError when another submission holds it longer.
+
+    The file is in the user's private cache directory (``locks/``); it is
+    removed when released, and a holder checks that the file it locked is
+    still the one at the path (else another process removed it in between
+    and locks the new one), so removing never lets two holders in at once.
+    """
+
+    def __init__(self, cluster: str, token: str, wait: float = None):
+        self.cluster, self.token = cluster, token
+        self.wait = TOKEN_LOCK_WAIT_S if wait is None else wait
+        self.fd = None
+        self.path = None
+
+    def _path(self) -> str:
+        from slurmkit.cache import private_dir
+
+        directory = private_dir("locks")
+        if directory is None:  # no private cache directory: the same place the cluster-side wrapper uses
+            import tempfile
+
+            return os.path.join(tempfile.gettempdir(), "slurmkit-submit-%d-%s-%s.lock"
+                                % (os.getuid(), self.cluster, self.token))
+        return os.path.join(directory, "submit-%s-%s.lock" % (self.cluster, self.token))
+
+    def __enter__(self):
+        import fcntl
+
+        self.path = self._path()
+        deadline = time.monotonic() + self.wait
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                if os.fstat(fd).st_uid != os.getuid():
+                    raise SlurmkitError("lock file %s belongs to another user; remove it" % self.path)
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() >= deadline:
+                            raise SlurmkitError(
+                                "another submission with token %s to cluster %s is still running after %.0fs; "
+                                "nothing was submitted: run the command again to get its job"
+                                % (self.token, self.cluster, self.wait)) from None
+                        time.sleep(0.02)
+                try:
+                    current = os.stat(self.path, follow_symlinks=False)
+                except FileNotFoundError:
+                    current = None
+                mine = os.fstat(fd)
+                if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                    self.fd, fd = fd, None
+                    return self
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            # The holder before us removed the file: lock the one now at the path.
+
+    def __exit__(self, *exc):
+        try:
+            os.unlink(self.path)     # still holding the lock: nobody else can be inside
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+        return False
+
+
+def check_output_place(session: Session, rendered: RenderedJob, cwd: Optional[str] = None) -> None:
+    """Refuse, before sbatch, an output file Slurm could not create (exit 2, naming ``--output/-o``).
+
+    Only for a cluster used from this machine, where the job's working
+    directory is this one and its file system is (on a real site, shared)
+    the nodes': an output pattern into a directory that does not exist, one
+    naming a directory, or a working directory the user cannot write would
+    make Slurm fail the job without writing anything anywhere.  Parts that
+    depend on the job (``%j``, ``%N``, ...) are not judged.  Over SSH
+    nothing is known here; ``wait`` and ``status`` explain a missing file.
+    """
+    from slurmkit.session import reach
+
+    if rendered.output is None or reach(session.site.cluster(rendered.cluster)) != "local":
+        return
+    problem = output_place_problem(rendered.output, cwd or os.getcwd(), rendered.name)
+    if problem:
+        raise UsageError(problem)
+
+
+def output_place_problem(pattern: str, cwd: str, name: str = "") -> Optional[str]:
+    """Why Slurm could not create the output file ``pattern`` for a job started in ``cwd``, or None."""
+    import getpass
+
+    where = "--output/-o %s" % pattern
+    if "\\" in pattern:
+        expanded = pattern.replace("\\", "")    # sbatch: a backslash turns the patterns off
+    else:
+        def known(m):
+            # What is known before the job exists (%u, %x); %j, %N and the others stay, as unknown.
+            letter = m.group(1)[-1]
+            if letter == "%":
+                return "%%"
+            return {"u": getpass.getuser(), "x": name.replace("%", "%%")}.get(letter, m.group(0))
+
+        expanded = re.sub(r"%(%|[0-9]*[A-Za-z])", known, pattern)
+    path = os.path.join(cwd, expanded)
+    directory = os.path.dirname(path)
+    if "%" not in directory.replace("%%", ""):           # no part of it depends on the job
+        directory = directory.replace("%%", "%")
+        if not os.path.exists(directory):
+            return ("%s: directory %s does not exist, so Slurm could not create the output file and the job would "
+                    "fail without a trace; create it first (mkdir -p %s)" % (where, directory, directory))
+        if not os.path.isdir(directory):
+            return "%s: %s is not a directory" % (where, directory)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            if os.path.dirname(pattern):
+                return "%s: directory %s is not writable by you" % (where, directory)
+            return ("the working directory %s is not writable by you, so Slurm could not create the job's "
+                    "output file there; run from a directory you can write, or give --output/-o a path in one"
+                    % directory)
+        if "%" not in expanded.replace("%%", "") and os.path.isdir(path.replace("%%", "%")):
+            return ("%s names a directory; give a file name (e.g. %s/slurmkit-%%j.out)"
+                    % (where, pattern.rstrip("/")))
+    return None
 
 
 def job_with_token(backend, token: str) -> Optional[JobInfo]:
@@ -197,10 +352,42 @@ def account_on(cluster) -> str:
 
 
 def cancel(session: Session, refs: Sequence[JobRef]) -> List[JobRef]:
-    """Cancel jobs, one scancel per cluster; returns what was asked to cancel."""
+    """Cancel jobs, one scancel per cluster; returns what was asked to cancel.
+
+    No check that the jobs exist (scancel says nothing about an unknown id):
+    for callers that know they do, such as the requeue daemon.  ``slurmkit
+    cancel`` uses :func:`cancel_known`.
+    """
     for cluster, ids in _group(refs).items():
         session.backend(cluster).cancel(ids)
     return list(refs)
+
+
+class CancelReport(NamedTuple):
+    cancelled: List[JobRef]             # alive when looked up, asked to cancel
+    ended: List[Tuple[JobRef, str]]     # had already ended: (ref, final state)
+    missing: List[JobRef]               # unknown to their cluster
+
+
+def cancel_known(session: Session, refs: Sequence[JobRef]) -> CancelReport:
+    """Look the jobs up first (one :func:`lookup`), then cancel only the live ones, one scancel per cluster.
+
+    scancel answers an unknown id with silence and exit 0, so without the
+    look "cancelled" would be printed for a job that never existed (a typo
+    in the id: the real job keeps running).
+    """
+    by_cluster = lookup(session, refs).raise_failed("jobs could not be looked up")
+    cancelled, ended, missing = [], [], []
+    for ref in dict.fromkeys(refs):
+        job = by_cluster[ref.cluster].get(ref.job_id)
+        if job is None:
+            missing.append(ref)
+        elif job.finished:
+            ended.append((ref, job.state))
+        else:
+            cancelled.append(ref)
+    cancel(session, cancelled)
+    return CancelReport(cancelled, ended, missing)
 
 
 def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=time.monotonic,

@@ -26,6 +26,7 @@ naming why each one did not.  ``Candidate.skip`` is the label the
 ``--explain`` table and the JSON show for each of them.
 """
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
-from slurmkit.jobs import JobRef, Submission, job_with_token, new_token, prepare
+from slurmkit.jobs import JobRef, Submission, check_output_place, new_token, prepare, submit_once
 from slurmkit.results import GroupError, GroupResult, each
 from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
@@ -62,7 +63,9 @@ class Candidate:
         # Estimates are compared to the minute: clusters asked a second apart
         # for "now" are equally fast, and the price should decide.
         minute = self.estimate.replace(second=0, microsecond=0) if self.estimate else None
-        return (minute, float("inf") if self.price is None else self.price, self.order)
+        # A price that is not a finite number (the loader refuses those) ranks as unknown: last.
+        price = self.price if self.price is not None and math.isfinite(self.price) else float("inf")
+        return (minute, price, self.order)
 
     def to_dict(self):
         return {"cluster": self.cluster, "partition": self.partition, "viable": self.viable, "skip": self.skip,
@@ -220,19 +223,22 @@ def plan(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = No
     return viable + rest
 
 
-def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callable[[float], None]) -> Submission:
-    """Submit on one cluster; retry *there* while the outcome is unknown (the token makes it safe)."""
+def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callable[[float], None],
+               caller_token: bool = False) -> Submission:
+    """Submit on one cluster; retry *there* while the outcome is unknown (the token makes it safe).
+
+    With the caller's own token, or on a retry without the cluster-side
+    wrapper (which looks itself, under its lock), the look for an existing
+    job with the token and the sbatch are one critical section
+    (jobs.submit_once).
+    """
     backend = session.backend(candidate.cluster)
+    check_output_place(session, candidate.rendered)
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         try:
-            if attempt > 1 and not backend.submit_once:
-                # Without the cluster-side wrapper, look for the token ourselves first.
-                existing = job_with_token(backend, token)
-                if existing is not None:
-                    return Submission(JobRef(candidate.cluster, existing.job_id), candidate.rendered, token,
-                                      existed=True)
-            job_id = backend.submit(candidate.rendered.script, token=token)
-            return Submission(JobRef(candidate.cluster, job_id), candidate.rendered, token)
+            job_id, existed = submit_once(backend, candidate.cluster, candidate.rendered.script, token,
+                                          look_first=caller_token or (attempt > 1 and not backend.submit_once))
+            return Submission(JobRef(candidate.cluster, job_id), candidate.rendered, token, existed=existed)
         except SlurmkitError as exc:
             if not exc.may_have_run:
                 raise
@@ -251,6 +257,7 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
                 dry_run: bool = False, sleep: Callable[[float], None] = time.sleep) -> Placement:
     """Plan, then submit to the best cluster, failing over to the next ones."""
     cooldown = cooldown or Cooldown()
+    caller_token = spec.token is not None
     token = spec.token or new_token()
     spec = spec._replace(token=token)
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
@@ -259,7 +266,7 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
     failed: List[Tuple[str, SlurmkitError]] = []    # (cluster, why submitting there failed), in order
     for candidate in (c for c in candidates if c.viable):
         try:
-            submission = _submit_to(session, candidate, token, sleep)
+            submission = _submit_to(session, candidate, token, sleep, caller_token)
         except SlurmkitError as exc:
             if exc.may_have_run:
                 raise

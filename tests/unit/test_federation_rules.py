@@ -155,14 +155,27 @@ def test_answers_lost_every_time_stop_without_failing_over(tmp_path):
     for _ in range(planner.SUBMIT_ATTEMPTS):
         fakes["alpha"].fail_next("submit", lost())
     with pytest.raises(SlurmkitError) as caught:
-        planner.submit_best(session, FED_SPEC._replace(token="t-1"), cooldown=cooldown, sleep=clock.sleep)
+        planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
     error = caught.value
     assert error.may_have_run
-    assert "may have been created on cluster alpha" in str(error) and "--token t-1 --cluster alpha" in str(error)
+    token = fakes["alpha"].table["1000"].comment.split(":", 1)[1]
+    assert "may have been created on cluster alpha" in str(error) and "--token %s --cluster alpha" % token in str(error)
     assert fakes["alpha"].methods_called().count("submit") == planner.SUBMIT_ATTEMPTS
     assert fakes["beta"].methods_called() == ["estimate_start"]
     assert list(fakes["alpha"].table) == ["1000"]          # the wrapper never made a second job
     assert clock.sleeps == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("submit_once", [True, False])
+def test_with_the_callers_token_a_lost_answer_is_found_by_the_next_look(tmp_path, submit_once):
+    # The caller's token may already have a job (a rerun, a parallel twin): every attempt looks first,
+    # so after a lost answer the job sbatch did create is reported, not submitted again.
+    fakes, session, cooldown, clock = _federation(tmp_path, submit_once)
+    fakes["alpha"].fail_next("submit", lost())
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-2"), cooldown=cooldown, sleep=clock.sleep)
+    assert placement.submission.ref == planner.JobRef("alpha", "1000") and placement.submission.existed
+    assert fakes["alpha"].methods_called() == ["estimate_start", "find_by_token", "submit", "find_by_token"]
+    assert list(fakes["alpha"].table) == ["1000"] and "submit" not in fakes["beta"].methods_called()
 
 
 def test_an_error_that_proves_nothing_ran_fails_over(tmp_path):
