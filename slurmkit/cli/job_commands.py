@@ -2,11 +2,12 @@
 
 import click
 
-from slurmkit.cli.options import (CONTEXT, cluster_option, job_options, job_spec_from, json_option, pass_session,
-                                  print_json, site_option, warn)
+from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, StrictInt, cluster_option, job_options,
+                                  job_spec_from, json_option, pass_session, print_json, site_option, text_value,
+                                  warn)
 
 
-@click.command(context_settings=CONTEXT)
+@click.command(context_settings=COMMAND_CONTEXT)
 @site_option
 @cluster_option
 @job_options
@@ -18,6 +19,9 @@ def render(session, cluster, as_json, **kwargs):
     \b
     Example:
       slurmkit render --site mysite -p gpu -N 4 --comm heavy -- python train.py --lr 3e-4
+
+    Options end at the first word of the command (as with sbatch and srun):
+    everything after it, options included, is the command's.
     """
     from slurmkit import jobs
 
@@ -29,12 +33,12 @@ def render(session, cluster, as_json, **kwargs):
         click.echo(rendered.script, nl=False)
 
 
-@click.command(context_settings=CONTEXT)
+@click.command(context_settings=COMMAND_CONTEXT)
 @site_option
-@click.option("--cluster", "-M", metavar="NAME|auto|A,B",
+@click.option("--cluster", "-M", metavar="NAME|auto|A,B", callback=text_value,
               help="Cluster of the site; 'auto' (all clusters) or a comma list picks the one where the job "
                    "starts soonest, failing over when one is down (default: the site's default cluster).")
-@click.option("--accel", metavar="MODEL[,MODEL]",
+@click.option("--accel", metavar="MODEL[,MODEL]", callback=text_value,
               help="Accelerators the job accepts, e.g. h100,a100 or ascend910b (models, vendors or 'none'); "
                    "searches every matching partition.")
 @click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
@@ -43,12 +47,12 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--auto-requeue", is_flag=True,
               help="Track the job: the requeue daemon restarts it from its latest complete checkpoint after a "
                    "node failure, preemption, time limit (with a newer checkpoint) or transient exit code.")
-@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N",
+@click.option("--max-restarts", type=StrictInt(min=0), metavar="N",
               help="With --auto-requeue: restart at most N times (default 10).")
-@click.option("--checkpoint-dir", metavar="DIR",
+@click.option("--checkpoint-dir", metavar="DIR", callback=text_value,
               help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
                    "(default: the site's requeue.checkpoint_root, else ./checkpoints, plus the job name).")
-@click.option("--transient-exit", "transient_exit", multiple=True, type=click.IntRange(1, 255), metavar="CODE",
+@click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
               help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
                    "requeue.transient_exit_codes count too).")
 @job_options
@@ -64,6 +68,9 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
       slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
       slurmkit submit --auto-requeue --checkpoint-dir /shared/ckpt/run1 -N 2 -- .venv/bin/python train.py
+
+    Options end at the first word of the command (as with sbatch and srun):
+    everything after it, options included, is the command's.
     """
     from slurmkit.federation import submit_anywhere
 
@@ -86,10 +93,34 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
         warn(outcome.submission.rendered.warnings)
     if outcome.placement is not None:
         warn("cluster %s failed, used the next one: %s" % pair for pair in outcome.placement.failovers)
-    if as_json:
-        print_json(outcome.to_dict())
-    elif outcome.submission is not None:
-        click.echo(str(outcome.submission.ref))
+    if outcome.submission is None:
+        if as_json:
+            print_json(outcome.to_dict())
+        return
+    with _saying_the_job_on_failure(outcome.submission.ref):
+        if as_json:
+            print_json(outcome.to_dict())
+        else:
+            click.echo(str(outcome.submission.ref))
+
+
+class _saying_the_job_on_failure:
+    """Around printing a submitted job's id: if stdout cannot take it (a full disk, a closed pipe), the job
+    still exists, so its id goes to stderr in the one error line (exit 1) instead of being lost."""
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or not isinstance(exc, OSError):
+            return False
+        from slurmkit.errors import SlurmkitError
+
+        raise SlurmkitError("job %s was submitted, but its id could not be printed (%s); it exists: see "
+                            "'slurmkit status %s'" % (self.ref, exc.strerror or exc, self.ref)) from None
 
 
 def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, max_restarts, transient, as_json):
@@ -107,10 +138,12 @@ def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir,
     finally:
         journal.close()
     warn(submission.rendered.warnings)
-    if as_json:
-        print_json(dict(submission.to_dict(), tracked_id=tracked_id))
-    else:
-        click.echo(str(submission.ref))
+    with _saying_the_job_on_failure(submission.ref):
+        if as_json:
+            print_json(dict(submission.to_dict(), tracked_id=tracked_id))
+        else:
+            click.echo(str(submission.ref))
+    if not as_json:
         click.echo("tracked as job %d: the requeue daemon (slurmkit daemon run) restarts it; slurmkit jobs shows it"
                    % tracked_id, err=True)
 
@@ -151,7 +184,8 @@ def status(session, user, as_json, job_ids):
 
 @click.command(context_settings=CONTEXT)
 @site_option
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS", help="Give up after this long.")
+@click.option("--timeout", type=StrictFloat(min=0), metavar="SECONDS",
+              help="Give up after this long (default: wait as long as the job runs).")
 @json_option
 @click.argument("job_id", metavar="JOB")
 @pass_session
@@ -187,11 +221,24 @@ def wait(session, timeout, as_json, job_id):
 def cancel(session, job_ids):
     """Cancel jobs (CLUSTER:JOBID or JOBID); one scancel per cluster.
 
+    Exits 1 when a job id is unknown to its cluster (the others are still
+    cancelled); a job that had already ended is a warning.
+
     \b
     Example:
       slurmkit cancel alpha:1234 beta:77
     """
     from slurmkit import jobs
+    from slurmkit.cli import display
+    from slurmkit.errors import SlurmkitError
 
-    for ref in jobs.cancel(session, [jobs.parse_ref(j, session) for j in job_ids]):
-        click.echo("cancelled %s" % (ref,))
+    report = jobs.cancel_known(session, [jobs.parse_ref(j, session) for j in job_ids])
+    warn("%s had already ended (%s); nothing to cancel" % (ref, state) for ref, state in report.ended)
+    try:
+        for ref in report.cancelled:
+            click.echo("cancelled %s" % (ref,))
+    except OSError as exc:
+        raise SlurmkitError("cancelled %s, but could not print it (%s)"
+                            % (", ".join(map(str, report.cancelled)), exc.strerror or exc)) from None
+    if report.missing:
+        raise SlurmkitError(display.missing_jobs_message(report.missing))

@@ -1,11 +1,117 @@
-"""Options shared by several commands, as decorators (one definition each), and output helpers."""
+"""Options shared by several commands, as decorators (one definition each), and output helpers.
+
+Every value is checked here, where the option it came from is still known,
+so that a bad value is refused with that option's name (``Invalid value for
+'--job-name' / '-J': ...``) instead of surfacing later as a message about a
+script line.  Numbers are strict: click's own IntRange and FloatRange take
+whatever Python's ``int()``/``float()`` take (``'٣'``, ``' 2 '``, ``'1_0'``,
+``'nan'``), none of which sbatch or a researcher means as a number.
+"""
 
 import functools
 import json
+import math
+import re
 
 import click
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# render and submit stop reading their own options at the first word of the
+# command, as sbatch, srun, env and ssh do: in `submit python3 train.py -c 2`
+# the `-c 2` belongs to train.py, not to slurmkit.
+COMMAND_CONTEXT = dict(CONTEXT, allow_interspersed_args=False)
+
+_ASCII_INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_ASCII_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class StrictInt(click.ParamType):
+    """A whole number in ASCII digits within [min, max]; nothing Python's int() merely tolerates."""
+
+    name = "integer"
+
+    def __init__(self, min=None, max=None):
+        self.min, self.max = min, max
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value)
+            if not _ASCII_INT_RE.fullmatch(text):
+                self.fail("%r is not a whole number (digits 0-9 only, no spaces)" % text, param, ctx)
+            number = int(text)
+        if self.min is not None and number < self.min:
+            self.fail("%d is below the least allowed value, %d" % (number, self.min), param, ctx)
+        if self.max is not None and number > self.max:
+            self.fail("%d is above the most allowed value, %d" % (number, self.max), param, ctx)
+        return number
+
+    def __repr__(self):
+        return "StrictInt(%r, %r)" % (self.min, self.max)
+
+
+class StrictFloat(click.ParamType):
+    """A finite decimal number (ASCII) of at least ``min``: never nan or inf."""
+
+    name = "number"
+
+    def __init__(self, min=None):
+        self.min = min
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            text = str(value)
+            if not _ASCII_FLOAT_RE.fullmatch(text):
+                self.fail("%r is not a number (digits 0-9 and one '.', no spaces)" % text, param, ctx)
+            number = float(text)
+        if not math.isfinite(number):
+            self.fail("%r is too large; leave the option out for no limit" % (value,), param, ctx)
+        if self.min is not None and number < self.min:
+            self.fail("%s is below the least allowed value, %s" % (value, self.min), param, ctx)
+        return number
+
+    def __repr__(self):
+        return "StrictFloat(%r)" % (self.min,)
+
+
+def text_value(ctx, param, value):
+    """Refuse an empty value or one with control characters, naming the option.
+
+    An empty ``--partition ''`` or ``--qos ''`` would otherwise silently fall
+    back to the site's default, and a newline in any value would end an
+    ``#SBATCH`` line (or a log line) early.
+    """
+    values = value if isinstance(value, tuple) else (value,)
+    for item in values:
+        if item is None:
+            continue
+        if not item.strip():
+            raise click.BadParameter("must not be empty (leave the option out for the default)", ctx=ctx,
+                                     param=param)
+        if _CONTROL_RE.search(item):
+            raise click.BadParameter("%r contains a control character (a newline, tab, ...)" % item, ctx=ctx,
+                                     param=param)
+        if item != item.strip():
+            raise click.BadParameter("%r has leading or trailing spaces" % item, ctx=ctx, param=param)
+    return value
+
+
+def time_value(ctx, param, value):
+    """A Slurm time (``--time``), in the forms sbatch reads, ASCII digits only."""
+    if value is None:
+        return value
+    text_value(ctx, param, value)
+    from slurmkit.slurm import times
+
+    try:
+        times.slurm_time_seconds(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
 
 
 def warn(warnings):
@@ -62,7 +168,7 @@ def site_option(func):
 
 
 def cluster_option(func):
-    return click.option("--cluster", "-M", metavar="NAME",
+    return click.option("--cluster", "-M", metavar="NAME", callback=text_value,
                         help="Cluster of the site (default: the site's default cluster).")(func)
 
 
@@ -71,46 +177,63 @@ def json_option(func):
 
 
 def _parse_env(ctx, param, values):
+    """``KEY=VALUE`` items as a dict; a name Slurm or the job's shell owns is refused here, with the option."""
+    from slurmkit.errors import UsageError
+    from slurmkit.script.render import check_env_name
+
     env = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise click.BadParameter("%r is not KEY=VALUE" % item, ctx=ctx, param=param)
+        try:
+            check_env_name(key, source="")
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        if key in env and env[key] != value:
+            # Like a shell, the last one wins; unlike a shell, say so.
+            warn(["--env %s given twice (%r, then %r); the last one is used" % (key, env[key], value)])
         env[key] = value
     return env
 
 
 JOB_OPTIONS = [
-    click.option("--partition", "-p", metavar="NAME", help="Partition (default: the site's default)."),
-    click.option("--nodes", "-N", type=click.IntRange(min=1), default=1, show_default=True,
+    click.option("--partition", "-p", metavar="NAME", callback=text_value,
+                 help="Partition (default: the site's default)."),
+    click.option("--nodes", "-N", type=StrictInt(min=1), default=1, show_default=True,
                  help="Number of nodes."),
-    click.option("--gpus-per-node", type=click.IntRange(min=0), metavar="N",
+    click.option("--gpus-per-node", type=StrictInt(min=0), metavar="N",
                  help="Accelerators per node (default: all of the partition's)."),
-    click.option("--cpus-per-task", "-c", type=click.IntRange(min=1), metavar="N",
+    click.option("--cpus-per-task", "-c", type=StrictInt(min=1), metavar="N",
                  help="CPUs per task (torchrun: its one task per node runs all that node's workers)."),
-    click.option("--procs-per-node", type=click.IntRange(min=1), metavar="N",
+    click.option("--procs-per-node", type=StrictInt(min=1), metavar="N",
                  help="Workers per node (default: one per GPU; one on a partition without GPUs). torchrun "
                       "starts N workers, srun N tasks; each needs a CPU of its own."),
-    click.option("--time", "-t", "time_limit", metavar="TIME", help="Time limit, e.g. 12:00:00 (default: the site's)."),
+    click.option("--time", "-t", "time_limit", metavar="TIME", callback=time_value,
+                 help="Time limit, e.g. 12:00:00 or UNLIMITED (default: the site's; 0 is no limit to Slurm, so "
+                      "it is refused where the partition has one)."),
     click.option("--comm", type=click.Choice(["heavy", "light"]), default="light", show_default=True,
                  help="heavy: bandwidth-hungry, keep the job under as few leaf switches as possible."),
-    click.option("--switches", type=click.IntRange(min=1), metavar="N",
-                 help="With --comm heavy: use N leaf switches instead of computing it from the topology."),
-    click.option("--template", "-T", metavar="NAME", help="Template (see 'slurmkit templates')."),
-    click.option("--job-name", "-J", metavar="NAME", help="Job name (default: the command's name)."),
+    click.option("--switches", type=StrictInt(min=1), metavar="N",
+                 help="With --comm heavy: use N leaf switches instead of computing it from the topology "
+                      "(refused with --comm light, which asks for no switch count)."),
+    click.option("--template", "-T", metavar="NAME", callback=text_value,
+                 help="Template (see 'slurmkit templates')."),
+    click.option("--job-name", "-J", metavar="NAME", callback=text_value,
+                 help="Job name (default: the command's name)."),
     click.option("--env", "-e", "env", multiple=True, callback=_parse_env, metavar="KEY=VALUE",
                  help="Export a variable in the job (repeatable)."),
-    click.option("--account", "-A", metavar="NAME", help="Account to charge."),
-    click.option("--qos", "-q", metavar="NAME", help="Quality of service."),
-    click.option("--output", "-o", metavar="PATTERN",
+    click.option("--account", "-A", metavar="NAME", callback=text_value, help="Account to charge."),
+    click.option("--qos", "-q", metavar="NAME", callback=text_value, help="Quality of service."),
+    click.option("--output", "-o", metavar="PATTERN", callback=text_value,
                  help="Output file pattern (default: slurmkit-NAME-%j.out, the job name with every "
                       "character but letters, digits, '.', '_' and '-' made '_')."),
-    click.option("--nodelist", "-w", metavar="NODES",
+    click.option("--nodelist", "-w", metavar="NODES", callback=text_value,
                  help="Run on these nodes (a Slurm hostlist such as an[1-2]), e.g. to pin a job to a node."),
-    click.option("--exclude", "-x", metavar="NODES",
+    click.option("--exclude", "-x", metavar="NODES", callback=text_value,
                  help="Never run on these nodes (a Slurm hostlist such as an[3-4])."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
-    click.option("--token", metavar="TOKEN",
+    click.option("--token", metavar="TOKEN", callback=text_value,
                  help="Idempotency token: if a job with this token exists, it is reported instead of "
                       "submitting again."),
     click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
