@@ -5,16 +5,18 @@ What the cluster tests build on: every rank reports the same final loss and the
 same weights (DDP kept the replicas in step), a run resumed from a checkpoint
 ends bit-for-bit where an uninterrupted one does, SIGUSR1 on one rank stops
 every rank at one step with a saved checkpoint, and a newer partial
-checkpoint is skipped on resume.  Also slurmkit.checkpoint's distributed
-helper with a real torch.distributed.checkpoint save by both ranks.
+checkpoint is skipped on resume, and torchrun hands SIGUSR1 to its workers when
+told to.  Also slurmkit.checkpoint's distributed helper with a real
+torch.distributed.checkpoint save by both ranks.
 
 Needs PyTorch (``make venv-train``); the tests that run it are marked ``torch``
-and skip without it.  No cluster needed.  About 30 s on two cores.
+and skip without it.  No cluster needed.  About 40 s on two cores.
 """
 
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -49,6 +51,15 @@ def torchrun(script, *args, nproc=2, env=None):
            "--nproc-per-node", str(nproc), script, *map(str, args)]
     proc = subprocess.run(cmd, env=env or clean_env(), capture_output=True, text=True, timeout=180)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def children(pid):
+    """Process ids whose parent is ``pid`` (Linux /proc)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
 
 
 def train(*args):
@@ -129,6 +140,50 @@ def test_sigusr1_on_one_rank_saves_stops_all_and_resume_skips_a_partial_newer_ch
     assert "skipped %s: temporary name" % (root / ".step-000010.tmp-4242") in out
     assert "resume from=%s step=7" % (root / "step-000007") in out
     assert finals(out) == finals(uninterrupted)
+
+
+@pytest.mark.torch
+@requires_torch
+def test_torchrun_passes_sigusr1_on_when_told_to_and_the_workers_save(tmp_path):
+    # What a job template relies on: the batch shell sends USR1 to torchrun, which
+    # hands it to its workers only when SIGUSR1 is among the signals it handles.
+    # torch 2.13's launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE itself from
+    # --signals-to-handle (env PET_SIGNALS_TO_HANDLE); exporting the former has no effect.
+    root = tmp_path / "ckpt"
+    env = clean_env()
+    env["PET_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           EXAMPLE, "--timeout", "60", "--steps", "100000", "--checkpoint-every", "0",
+           "--log-every", "20", "--checkpoint-dir", str(root)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    workers = []
+    try:
+        seen = []
+        for line in proc.stdout:               # training is under way once rank 0 logs a step
+            seen.append(line)
+            if line.startswith("step="):
+                break
+        workers = children(proc.pid)
+        proc.send_signal(signal.SIGUSR1)
+        proc.wait(timeout=120)
+    finally:
+        # A launcher that died of the signal leaves its workers running (and holding
+        # the output pipe): end whatever of ours is left.
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    rest = proc.stdout.read()
+    out = "".join(seen) + rest
+    stops = re.findall(r"^stop rank=(\d) step=(\d+): SIGUSR1 \(saved step \d+\); exit 75", out, re.M)
+    assert sorted(r for r, _ in stops) == ["0", "1"], out
+    assert stops[0][1] == stops[1][1]         # both ranks stopped after the same step
+    found = checkpoint.latest(root)
+    assert found.step == int(stops[0][1]) and found.convention == "marker"
 
 
 DCP_SCRIPT = textwrap.dedent("""
