@@ -11,10 +11,24 @@ The walker reports *every* problem it finds (the admin fixes a file in one
 round, not one error at a time), each as a :class:`Problem` with file, line
 and dotted key path.  Only a file without problems is turned into the typed
 :class:`~slurmkit.site.model.Site`.
+
+Reading is bounded, so a hostile or broken file answers at once: only a
+regular file of at most :data:`SITE_FILE_LIMIT` bytes is read (never a FIFO,
+a device such as ``/dev/zero``, a directory), merge keys are expanded once
+per mapping (a chain of ``<<: [*a, *a]`` doubles nothing), a mapping that
+merges itself is a problem, and the walk stops after :data:`MAX_VALUES`
+values, however aliases multiply them.  Values that would validate but break
+later are refused here: numbers that are not finite (``.nan``, ``.inf``),
+text with control characters (a newline in a name would end a script line),
+times with spaces, and tags on mappings and lists (PyYAML's safe constructor
+refuses unknown scalar tags; collections are never constructed, so their tags
+are checked here).
 """
 
 import difflib
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
@@ -41,6 +55,48 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NULL_TAG = "tag:yaml.org,2002:null"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+
+# A site file is a few kilobytes; anything this large is a mistake or an attack.
+SITE_FILE_LIMIT = 1 << 20
+# Values the walker checks, counting every use of an alias: a real site has a
+# few thousand; an alias bomb has billions.
+MAX_VALUES = 200000
+# Characters YAML itself refuses (C0 controls but tab/newline/CR, DEL, C1 but NEL,
+# lone surrogates, non-characters); found before parsing, so the line is exact.
+_YAML_FORBIDDEN_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class _TooManyValues(Exception):
+    """The walk passed MAX_VALUES: stop, with one problem."""
+
+
+# The tags plain YAML resolves to (what an untagged value gets) and the explicit
+# ones that mean the same (!!str, !!int, ...); anything else (!!python/object,
+# !!set, a local !tag) is refused wherever it is, also under ignored x- keys.
+_PLAIN_TAGS = frozenset("tag:yaml.org,2002:" + t for t in
+                        ("str", "int", "float", "bool", "null", "timestamp", "merge", "map", "seq"))
+
+
+def _tag_problems(root, file):
+    """A Problem for every node of the document with a tag outside _PLAIN_TAGS (each node once)."""
+    problems, seen, stack = [], set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.tag not in _PLAIN_TAGS:
+            problems.append(Problem(file, _line(node), "", "tag %s is not allowed; site files are plain YAML "
+                                                         "(write the value without a tag)" % node.tag))
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+        elif isinstance(node, SequenceNode):
+            stack.extend(node.value)
+    return problems
 
 
 
@@ -91,7 +147,8 @@ class _Walker(object):
         # (reported at the parent's line) and cross-key rules.
         self.lines = {}             # type: Dict[tuple, int]
         self._constructor = SafeConstructor()
-        self._itemized = set()      # ids of mappings whose duplicate keys were reported
+        self._itemized = {}         # id(mapping node) -> its entries, merges expanded (None while expanding)
+        self._visited = 0           # values checked, aliases counted at every use
 
     # -- reporting ---------------------------------------------------------
 
@@ -170,6 +227,19 @@ class _Walker(object):
         value = self.construct(node, path)
         if value is INVALID:
             return INVALID
+        if isinstance(value, float) and not math.isfinite(value):
+            # .nan passes every "min" check (all comparisons are false) and ranks first; .inf never ends.
+            self.add(path, _line(node), "must be a finite number, got %s" % node.value, node)
+            return INVALID
+        if isinstance(value, str) and kind in ("str", "time") and not spec.get("multiline") \
+                and _CONTROL_RE.search(value):
+            self.add(path, _line(node), "%r contains a control character (a newline, tab, ...); it would break "
+                                        "the line of the job script or command it goes into" % value, node)
+            return INVALID
+        if kind == "time" and isinstance(value, str) and value != value.strip():
+            self.add(path, _line(node), "%r has leading or trailing spaces, which sbatch does not accept" % value,
+                     node)
+            return INVALID
         typed = self.coerce(node, value, kind)
         if typed is INVALID:
             message = "expected %s, got %s" % (schema.expected(spec), self.describe(node, value))
@@ -188,6 +258,9 @@ class _Walker(object):
             return INVALID
         if "min" in spec and value < spec["min"]:
             self.add(path, _line(node), "must be at least %s, got %s" % (spec["min"], value), node)
+            return INVALID
+        if "above" in spec and value <= spec["above"]:
+            self.add(path, _line(node), "must be more than %s, got %s" % (spec["above"], value), node)
             return INVALID
         if "max" in spec and value > spec["max"]:
             self.add(path, _line(node), "must be at most %s, got %s" % (spec["max"], value), node)
@@ -217,8 +290,13 @@ class _Walker(object):
         the last) and keys that are not strings.  ``<<: *anchor`` merge keys
         are expanded; keys written in the mapping itself win over merged ones.
         """
-        report = id(node) not in self._itemized
-        self._itemized.add(id(node))
+        if id(node) in self._itemized:
+            done = self._itemized[id(node)]
+            if done is None:  # still expanding this very mapping: it merges itself
+                self.add(path, _line(node), "this mapping merges itself ('<<' through its own anchor)", node)
+                return {}
+            return done       # once per mapping, however often an alias or a merge uses it
+        self._itemized[id(node)] = None
         entries = {}
         merges = []
         for key_node, value_node in node.value:
@@ -237,7 +315,7 @@ class _Walker(object):
                          "a key must be a string, got %s; put it in quotes"
                          % self.describe(key_node, key), key_node)
                 continue
-            if key in entries and report:
+            if key in entries:
                 self.add(path + (key,), _line(key_node),
                          "duplicate key %r (first at line %d); YAML would silently keep only the last one"
                          % (key, _line(entries[key][0])), key_node)
@@ -251,6 +329,7 @@ class _Walker(object):
                     continue
                 for key, entry in self.items(source, path).items():
                     entries.setdefault(key, entry)
+        self._itemized[id(node)] = entries
         return entries
 
     def _peek(self, node):
@@ -374,6 +453,9 @@ class _Walker(object):
             self.add(full, self.line_of(full), message)
 
     def check(self, node, spec, path):
+        self._visited += 1
+        if self._visited > MAX_VALUES:
+            raise _TooManyValues()
         kind = spec["type"]
         if kind == "mapping":
             return self.check_mapping(node, spec, path)
@@ -399,16 +481,16 @@ def _check_file(path):
     def fail(message, line=None):
         return [Problem(shown, line, "", message)], None
 
-    if not path.exists():
-        return fail("no such file")
-    if path.is_dir():
-        return fail("is a directory, not a site config file")
+    from slurmkit import textfile
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return fail("not UTF-8 text (%s)" % exc.reason)
-    except OSError as exc:
-        return fail("cannot read: %s" % (exc.strerror or exc))
+        text = textfile.read_text(path, SITE_FILE_LIMIT)
+    except textfile.FileProblem as exc:
+        return fail(str(exc), exc.line)
+    bad = _YAML_FORBIDDEN_RE.search(text)
+    if bad:
+        return fail("invalid YAML: character %r is not allowed in a YAML file (only tab, newline and printable "
+                    "characters are)" % bad.group(), text.count("\n", 0, bad.start()) + 1)
     try:
         root = yaml.compose(text, Loader=_YamlLoader)
     except yaml.MarkedYAMLError as exc:
@@ -427,7 +509,16 @@ def _check_file(path):
         return fail("the top level must be a mapping (site:, clusters:, ...), not %s" % walker.describe(
             root, walker._peek(root)), _line(root))
     walker.lines[()] = _line(root)
-    value = walker.check(root, schema.SITE, ())
+    try:
+        value = walker.check(root, schema.SITE, ())
+    except _TooManyValues:
+        return fail("the file expands to more than %d values through its aliases (an alias bomb?); a site file "
+                    "holds far fewer" % MAX_VALUES, _line(root))
+    except RecursionError:
+        return fail("the file nests too deeply", _line(root))
+    # Tags the walker did not already refuse where it constructs a scalar (with its key path).
+    known = {p.line for p in walker.problems}
+    walker.problems.extend(p for p in _tag_problems(root, shown) if p.line not in known)
     # Problems in file order: rules run after their section was walked.
     problems = sorted(walker.problems, key=lambda p: p.line or 0)
     return problems, value

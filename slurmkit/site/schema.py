@@ -23,7 +23,11 @@ A spec is a dict with:
 ``choices``
     Allowed values of a scalar.
 ``min`` / ``max``
-    Bounds of an ``int`` or ``number``.
+    Bounds of an ``int`` or ``number``; ``above``: a bound it must exceed.
+    Numbers are always finite (``.nan`` and ``.inf`` are refused).
+``multiline``
+    A ``str`` that may hold newlines and other control characters (free
+    text, shell lines); any other string with one is refused.
 ``min_items``
     Least number of entries of a ``list`` or ``map_of``.
 ``key_checker``
@@ -88,22 +92,24 @@ def is_unlimited(text):
 # ---------------------------------------------------------------------------
 # Small scalar checkers
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_HOURS_RE = re.compile(r"^(\d{1,2})-(\d{1,2})$")
+# Matched whole (fullmatch) in ASCII: "^...$" lets a trailing newline through
+# (a site name "local\n" broke the script header), "\d" takes any digits.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*", re.ASCII)
+_ENV_RE = re.compile(r"[A-Z_][A-Z0-9_]*", re.ASCII)
+_HOURS_RE = re.compile(r"([0-9]{1,2})-([0-9]{1,2})", re.ASCII)
 # [user@]host[:port], several hops separated by commas (ssh -J syntax).
 
 
 def check_name(value):
     # Names end up in dotted key paths, file names and sbatch arguments:
     # keep them to letters, digits, '-' and '_'.
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):
         return "%r is not a valid name: use letters, digits, '-' and '_' (starting with a letter or digit)" % value
     return None
 
 
 def check_env_name(value):
-    if not _ENV_RE.match(value):
+    if not _ENV_RE.fullmatch(value):
         return "%r is not a valid environment variable name (must match ^[A-Z_][A-Z0-9_]*$)" % value
     return None
 
@@ -132,7 +138,7 @@ def parse_hours(value):
     Raises ValueError for anything that is not START-END whole hours with
     START in 0-23, END in 0-24 and START != END.
     """
-    match = _HOURS_RE.match(value.strip())
+    match = _HOURS_RE.fullmatch(value.strip())
     if not match:
         raise ValueError("%r is not an hour range; use START-END in whole hours, e.g. \"08-20\" or \"20-08\""
                          % value)
@@ -161,12 +167,12 @@ def check_hours(value):
     return None
 
 
-_PORTS_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_PORTS_RE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*", re.ASCII)
 
 
 def parse_port_range(value):
     """``"29500-29999"`` -> ``(29500, 29999)``; ValueError unless 1024 < LO <= HI <= 65535."""
-    match = _PORTS_RE.match(str(value))
+    match = _PORTS_RE.fullmatch(str(value))
     if not match:
         raise ValueError("%r is not a port range; use LOW-HIGH, e.g. \"29500-29999\"" % (value,))
     low, high = int(match.group(1)), int(match.group(2))
@@ -390,7 +396,7 @@ def check_health_skip(value):
 
 def check_ib_port(value):
     # "mlx5_0:1", or "mlx5_0" for port 1; the "=" of an NCCL_IB_HCA entry is allowed.
-    if not re.match(r"^=?[A-Za-z0-9_.-]+(:\d+)?$", value):
+    if not re.fullmatch(r"=?[A-Za-z0-9_.-]+(:[0-9]+)?", value, re.ASCII):
         return "%r is not an HCA port; use NAME:PORT as in /sys/class/infiniband, e.g. \"mlx5_0:1\"" % value
     return None
 
@@ -507,8 +513,8 @@ LOGIN = {
         "identity_file": {"type": "str", "path": True, "doc": "private key file"},
         "known_hosts": {"type": "str", "path": True, "doc": "known_hosts file checked strictly"},
         "proxy_jump": {"type": "str", "checker": check_proxy_jump, "doc": "bastion, \"user@host:port\""},
-        "connect_timeout": {"type": "number", "default": 10.0, "min": 0, "doc": "seconds to connect"},
-        "command_timeout": {"type": "number", "default": 60.0, "min": 0, "doc": "seconds per remote command"},
+        "connect_timeout": {"type": "number", "default": 10.0, "above": 0, "doc": "seconds to connect"},
+        "command_timeout": {"type": "number", "default": 60.0, "above": 0, "doc": "seconds per remote command"},
     },
 }
 
@@ -557,7 +563,7 @@ SITE = {
     "extension_prefix": "x-",
     "keys": {
         "site": {"type": "str", "required": True, "checker": check_name, "doc": "name of the site"},
-        "description": {"type": "str", "default": "", "doc": "free text"},
+        "description": {"type": "str", "default": "", "multiline": True, "doc": "free text"},
         "defaults": dict(DEFAULTS, default={}),
         "topology": {
             "type": "mapping",
@@ -580,7 +586,7 @@ SITE = {
         },
         "modules": {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "default": [],
                     "doc": "environment modules loaded by the script (module load)"},
-        "setup": {"type": "list", "items": {"type": "str"}, "default": [],
+        "setup": {"type": "list", "items": {"type": "str", "multiline": True}, "default": [],
                   "doc": "shell lines run before the job, verbatim (trusted: written by the site admin)"},
         "template_dirs": {"type": "list", "items": {"type": "str", "checker": check_non_empty, "path": True},
                           "default": [], "doc": "directories searched for templates before the built-in ones"},
