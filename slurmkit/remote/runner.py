@@ -6,6 +6,7 @@ for byte and nothing is interpreted by the remote shell.  (The remote login
 shell must be POSIX-like; csh does not accept newlines inside quotes.)
 """
 
+import math
 import shlex
 import socket
 import threading
@@ -101,7 +102,7 @@ class SSHRunner(Runner):
     def run(self, argv, stdin=None, timeout=None):
         argv = tuple(str(a) for a in argv)
         command = quote_command(argv)
-        timeout = timeout or self.login.command_timeout
+        timeout = self._seconds(timeout or self.login.command_timeout)
         deadline = time.monotonic() + timeout
         conn = self._connection()
         # Bound concurrent channels below sshd's MaxSessions: threads beyond it
@@ -119,6 +120,19 @@ class SSHRunner(Runner):
         if status == 127 and "not found" in stderr:
             raise SlurmUnavailableError(command_not_found_message(argv[0], self.cluster, self.describe()))
         return CommandResult(argv, status, stdout, stderr)
+
+    def _seconds(self, value):
+        """A command's time limit: a positive finite number, else ConfigError (a NaN limit would crash a
+        timer thread, zero would fail every command; the site loader refuses both, this keeps any other
+        caller honest)."""
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = float("nan")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigError("cluster %s: the command timeout must be a positive number of seconds, got %r "
+                              "(login.command_timeout in the site config)" % (self.cluster, value))
+        return seconds
 
     def _timeout_error(self, argv, timeout, started=True):
         what = "`%s`" % " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")

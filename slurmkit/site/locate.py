@@ -50,7 +50,10 @@ def list_sites():
         for name in names:
             stem, suffix = os.path.splitext(name)
             path = os.path.join(directory, name)
-            if suffix in SITE_SUFFIXES and not name.startswith(".") and os.path.isfile(path):
+            # A name with control characters (a newline) could not be typed as --site and would break the
+            # one-line messages that list sites; a FIFO or device is no site file (os.path.isfile is False).
+            if suffix in SITE_SUFFIXES and not name.startswith(".") and name.isprintable() \
+                    and os.path.isfile(path):
                 found.setdefault(stem, path)
     return found
 

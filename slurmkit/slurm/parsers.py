@@ -48,14 +48,33 @@ def parse_test_only(stderr: str) -> "StartEstimate":
                          nodes=m.group("nodes"), partition=m.group("partition"), cpus=int(m.group("cpus")))
 
 
+_PROGRAM_PREFIX_RE = re.compile(r"^(?:[\w.-]+: )?(?:(?:error|fatal): )?", re.I)
+_ERROR_WORD_RE = re.compile(r"\b(?:error|fatal)\b", re.I)
+_MESSAGE_LIMIT = 400
+
+
 def first_error_line(stderr: str) -> str:
-    """The most useful line of a Slurm error, without the 'sbatch: error:' noise."""
+    """The most useful line of a Slurm error, without the 'sbatch: error:' noise; always one line.
+
+    Slurm names the cause first and sums up last: a wrong SLURM_CONF gives
+    ``error: s_p_parse_file: cannot stat file /x/slurm.conf``, then ``error:
+    ClusterName needs to be specified``, then ``fatal: Unable to process
+    configuration file``.  So the first error line is kept, with the last
+    one after it in parentheses when it says something else.  Without any
+    error line, the last line (a traceback's exception, a shell's message).
+    """
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower()] or lines
-    if not errors:
+    if not lines:
         return "(no message)"
-    text = errors[-1]
-    return re.sub(r"^(\w+: )?(error: )?", "", text)
+    errors = [_PROGRAM_PREFIX_RE.sub("", ln) for ln in lines if _ERROR_WORD_RE.search(ln)]
+    errors = [e for e in errors if e]
+    if not errors:
+        text = _PROGRAM_PREFIX_RE.sub("", lines[-1]) or lines[-1]
+    elif len(errors) > 1 and errors[-1] != errors[0]:
+        text = "%s (%s)" % (errors[0], errors[-1])
+    else:
+        text = errors[0]
+    return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT - 3] + "..."
 
 
 def _number(value):

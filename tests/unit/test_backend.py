@@ -90,8 +90,10 @@ def test_sacct_failing_is_an_error_not_a_missing_job():
         "sacct: error: Problem talking to the database: Connection refused\n"))
     with pytest.raises(SlurmUnavailableError) as caught:
         slurm.jobs_by_id([job])
-    assert str(caught.value) == ("slurmdbd on cluster alpha does not answer (sacct): "
-                                 "Problem talking to the database: Connection refused")
+    # The first error line (where) and the last (what it means), in one line.
+    assert str(caught.value) == ("slurmdbd on cluster alpha does not answer (sacct): slurm_persist_conn_open_without_"
+                                 "init: failed to open persistent connection to host:127.0.1.3:17119: Connection "
+                                 "refused (Problem talking to the database: Connection refused)")
     slurm.answer(["sacct"], returncode=1, stderr="sacct: error: Unknown arguments\n")
     with pytest.raises(SlurmCommandError, match="sacct failed on cluster alpha: Unknown arguments"):
         slurm.jobs_by_id([job])
