@@ -150,7 +150,7 @@ def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir,
 
 @click.command(context_settings=CONTEXT)
 @site_option
-@click.option("--user", "-u", metavar="USER",
+@click.option("--user", "-u", metavar="USER", callback=text_value,
               help="Without JOB ids: list this user's slurmkit jobs (default: your own).")
 @json_option
 @click.argument("job_ids", nargs=-1, metavar="[JOB]...")

@@ -62,7 +62,7 @@ _SEQ_TAG = "tag:yaml.org,2002:seq"
 SITE_FILE_LIMIT = 1 << 20
 # Values the walker checks, counting every use of an alias: a real site has a
 # few thousand; an alias bomb has billions.
-MAX_VALUES = 200000
+MAX_VALUES = 100000
 # Characters YAML itself refuses (C0 controls but tab/newline/CR, DEL, C1 but NEL,
 # lone surrogates, non-characters); found before parsing, so the line is exact.
 _YAML_FORBIDDEN_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
@@ -127,7 +127,10 @@ def format_key(path):
         if isinstance(part, int):
             text += "[%d]" % part
         else:
-            text += ("." if text else "") + str(part)
+            part = str(part)
+            if not part.isprintable():  # a key with a newline would split the one-line problem
+                part = ascii(part)
+            text += ("." if text else "") + part
     return text
 
 
@@ -516,11 +519,12 @@ def _check_file(path):
                     "holds far fewer" % MAX_VALUES, _line(root))
     except RecursionError:
         return fail("the file nests too deeply", _line(root))
-    # Tags the walker did not already refuse where it constructs a scalar (with its key path).
-    known = {p.line for p in walker.problems}
-    walker.problems.extend(p for p in _tag_problems(root, shown) if p.line not in known)
+    # Tags the walker did not already refuse where it constructs a scalar (with its key path); on one
+    # line the tag comes first: it is why the value looks wrong.
+    refused = {p.line for p in walker.problems if "tag" in p.message}
+    tagged = [p for p in _tag_problems(root, shown) if p.line not in refused]
     # Problems in file order: rules run after their section was walked.
-    problems = sorted(walker.problems, key=lambda p: p.line or 0)
+    problems = sorted(tagged + walker.problems, key=lambda p: p.line or 0)
     return problems, value
 
 

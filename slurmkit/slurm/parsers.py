@@ -48,7 +48,8 @@ def parse_test_only(stderr: str) -> "StartEstimate":
                          nodes=m.group("nodes"), partition=m.group("partition"), cpus=int(m.group("cpus")))
 
 
-_PROGRAM_PREFIX_RE = re.compile(r"^(?:[\w.-]+: )?(?:(?:error|fatal): )?", re.I)
+# "sbatch: error: ", "bash: ": a program's name (lower case, unlike "ValueError: ") and the level.
+_PROGRAM_PREFIX_RE = re.compile(r"^(?:[a-z][\w.-]*: )?(?:(?:error|fatal): )?")
 _ERROR_WORD_RE = re.compile(r"\b(?:error|fatal)\b", re.I)
 _MESSAGE_LIMIT = 400
 
