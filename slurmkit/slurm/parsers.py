@@ -51,30 +51,32 @@ def parse_test_only(stderr: str) -> "StartEstimate":
 # "sbatch: error: ", "bash: ": a program's name (lower case, unlike "ValueError: ") and the level.
 _PROGRAM_PREFIX_RE = re.compile(r"^(?:[a-z][\w.-]*: )?(?:(?:error|fatal): )?")
 _ERROR_WORD_RE = re.compile(r"\b(?:error|fatal)\b", re.I)
+_NOISE_RE = re.compile(r"^(?:[a-z][\w.-]*: )?(?:warning|info|debug[0-9]*|verbose): ", re.I)
 _MESSAGE_LIMIT = 400
 
 
 def first_error_line(stderr: str) -> str:
     """The most useful line of a Slurm error, without the 'sbatch: error:' noise; always one line.
 
-    Slurm names the cause first and sums up last: a wrong SLURM_CONF gives
-    ``error: s_p_parse_file: cannot stat file /x/slurm.conf``, then ``error:
-    ClusterName needs to be specified``, then ``fatal: Unable to process
-    configuration file``.  So the first error line is kept, with the last
-    one after it in parentheses when it says something else.  Without any
-    error line, the last line (a traceback's exception, a shell's message).
+    Slurm names the cause first and sums up last: a broken SLURM_CONF gives
+    ``s_p_parse_file: file "/x/slurm.conf" is empty`` (no "error" in it),
+    then ``error: ClusterName needs to be specified``, then ``fatal: Unable
+    to process configuration file``.  So the first line up to the first
+    error line (warnings skipped) is kept, with the last error line after it
+    in parentheses when that says something else.  Without any error line,
+    the last line (a traceback's exception, a shell's message).
     """
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     if not lines:
         return "(no message)"
-    errors = [_PROGRAM_PREFIX_RE.sub("", ln) for ln in lines if _ERROR_WORD_RE.search(ln)]
-    errors = [e for e in errors if e]
+    errors = [i for i, ln in enumerate(lines) if _ERROR_WORD_RE.search(ln)]
     if not errors:
         text = _PROGRAM_PREFIX_RE.sub("", lines[-1]) or lines[-1]
-    elif len(errors) > 1 and errors[-1] != errors[0]:
-        text = "%s (%s)" % (errors[0], errors[-1])
     else:
-        text = errors[0]
+        lead = [ln for ln in lines[:errors[0] + 1] if not _NOISE_RE.match(ln)] or [lines[errors[0]]]
+        first = _PROGRAM_PREFIX_RE.sub("", lead[0]) or lead[0]
+        last = _PROGRAM_PREFIX_RE.sub("", lines[errors[-1]]) or lines[errors[-1]]
+        text = first if last == first else "%s (%s)" % (first, last)
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT - 3] + "..."
 
 

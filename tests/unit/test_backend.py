@@ -193,7 +193,7 @@ def test_recorded_refusals_keep_slurms_words():
     assert str(caught.value) == ("scontrol update State=DRAIN failed on cluster alpha: "
                                  "slurm_update error: Invalid node name specified")
     with pytest.raises(SlurmCommandError,
-                       match="scontrol hold failed on cluster alpha: slurm_suspend error: Invalid job id specified"):
+                       match=r"scontrol hold failed on cluster alpha: Invalid job id specified for job 999999 \(slurm_suspend error: Invalid job id specified\)"):
         slurm.hold(["999999"])
 
 

@@ -592,6 +592,9 @@ def test_a_template_printing_the_token_twice_is_rendered_fresh(tmp_path):
                                                         "submission failed: Requested node configuration is not "
                                                         "available)"),
     ("sbatch: warning: something\nsbatch: error: same\nsbatch: error: same\n", "same"),
+    ('squeue: s_p_parse_file: file "/x/slurm.conf" is empty\nsqueue: error: ClusterName needs to be specified\n'
+     "squeue: fatal: Unable to process configuration file\n",
+     's_p_parse_file: file "/x/slurm.conf" is empty (Unable to process configuration file)'),
     ("Traceback (most recent call last):\n  File x\nValueError: bad\n", "ValueError: bad"),
     ("sh: 1: sbatch: not found\n", "1: sbatch: not found"),
     ("sbatch: fatal: Invalid --time specification\n", "Invalid --time specification"),
