@@ -370,22 +370,37 @@ class CancelReport(NamedTuple):
 
 
 def cancel_known(session: Session, refs: Sequence[JobRef]) -> CancelReport:
-    """Look the jobs up first (one :func:`lookup`), then cancel only the live ones, one scancel per cluster.
+    """Look the jobs up first, then cancel only the live ones, one scancel per cluster.
 
     scancel answers an unknown id with silence and exit 0, so without the
     look "cancelled" would be printed for a job that never existed (a typo
-    in the id: the real job keeps running).
+    in the id: the real job keeps running).  The look is one squeue per
+    cluster (only jobs it lists can be cancelled); ids it does not list are
+    asked of accounting to tell "ended long ago" from "unknown", and when
+    accounting cannot answer they count as unknown: that never stops the
+    live jobs from being cancelled.
     """
-    by_cluster = lookup(session, refs).raise_failed("jobs could not be looked up")
     cancelled, ended, missing = [], [], []
-    for ref in dict.fromkeys(refs):
-        job = by_cluster[ref.cluster].get(ref.job_id)
-        if job is None:
-            missing.append(ref)
-        elif job.finished:
-            ended.append((ref, job.state))
-        else:
-            cancelled.append(ref)
+    for cluster, ids in _group(list(dict.fromkeys(refs))).items():
+        backend = session.backend(cluster)
+        live = {j.job_id: j for j in backend.jobs(ids)}
+        gone = [i for i in ids if i not in live]
+        past = {}
+        if gone:
+            try:
+                if backend.has_accounting():
+                    past = {j.job_id: j for j in backend.accounting(gone)}
+            except SlurmkitError:
+                past = {}
+        for job_id in ids:
+            job = live.get(job_id) or past.get(job_id)
+            ref = JobRef(cluster, job_id)
+            if job is None:
+                missing.append(ref)
+            elif job.finished:
+                ended.append((ref, job.state))
+            else:
+                cancelled.append(ref)
     cancel(session, cancelled)
     return CancelReport(cancelled, ended, missing)
 

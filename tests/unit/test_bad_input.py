@@ -380,6 +380,18 @@ def test_cancel_cancels_only_live_jobs_and_reports_the_rest(tmp_path):
     assert alpha.table[running].state == "CANCELLED"
 
 
+def test_cancel_still_cancels_live_jobs_when_accounting_does_not_answer():
+    from slurmkit.errors import SlurmUnavailableError
+
+    alpha = FakeSlurm("alpha", nodes=["an1"], accounting=True)
+    running = alpha.add_job(state="RUNNING")
+    alpha.fail_next("accounting", SlurmUnavailableError("slurmdbd on cluster alpha does not answer"))
+    report = jobs.cancel_known(fake_session(alpha=alpha), [jobs.JobRef("alpha", running),
+                                                           jobs.JobRef("alpha", "999999")])
+    assert report.cancelled == [jobs.JobRef("alpha", running)] and report.missing == [jobs.JobRef("alpha", "999999")]
+    assert alpha.table[running].state == "CANCELLED"
+
+
 def test_cancel_with_nothing_alive_runs_no_scancel():
     alpha = FakeSlurm("alpha", nodes=["an1"])
     report = jobs.cancel_known(fake_session(alpha=alpha), [jobs.JobRef("alpha", "424242")])
