@@ -120,8 +120,16 @@ CLIENT_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 SSH_CONFIG = SSH_DIR / "config"
 CLUSTERS_JSON = STATE / "clusters.json"
+# Where the clusters of this state directory run: an address block offset and,
+# per cluster, a Debian root (another Slurm release) its daemons and commands
+# run in.  Written by `up`, so that every later command on the same state
+# directory (down, down-ctld from a test fixture ...) finds them without the
+# environment that `up` had.
+LAYOUT_JSON = STATE / "layout.json"
+IN_ROOT = Path(__file__).resolve().parent / "in-root.sh"
 
 SSHD = "/usr/sbin/sshd"
+SLURMDBD_ENV = "/etc/devcluster/slurmdbd.env"
 MARIADBD = "/usr/sbin/mariadbd"
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
@@ -183,6 +191,60 @@ class DevClusterError(Exception):
     pass
 
 
+def load_layout():
+    """{"net_offset": N, "roots": {cluster: root}}: the environment's
+    DEVCLUSTER_NET_OFFSET and DEVCLUSTER_ROOTS ("beta=/r/trixie,gamma=/r/sid")
+    where set, else what `up` recorded in layout.json, else the host's Slurm
+    on 127.0.k.x.
+
+    The offset moves cluster k to 127.0.(k+N).x and its ports to those of
+    index k+N, so that a second set of clusters (another Slurm release, a
+    mixed-release federation) runs beside the default one."""
+    try:
+        saved = json.loads(LAYOUT_JSON.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    offset = os.environ.get("DEVCLUSTER_NET_OFFSET")
+    try:
+        offset = int(offset) if offset not in (None, "") else int(saved.get("net_offset", 0))
+    except ValueError:
+        raise DevClusterError("DEVCLUSTER_NET_OFFSET=%r is not a number" % offset)
+    if not 0 <= offset <= 200:
+        # 127.0.(k+N).x must stay a valid address and 17017+100*(k+N) a port.
+        raise DevClusterError("DEVCLUSTER_NET_OFFSET=%d is outside 0..200" % offset)
+    roots_env = os.environ.get("DEVCLUSTER_ROOTS")
+    if roots_env is None:
+        roots = dict(saved.get("roots") or {})
+    else:
+        roots = {}
+        for item in roots_env.split(","):
+            if not item.strip():
+                continue
+            name, eq, path = item.partition("=")
+            if not eq or name.strip() not in SPECS:
+                raise DevClusterError("DEVCLUSTER_ROOTS item %r: want CLUSTER=ROOT with CLUSTER one of %s"
+                                      % (item, ", ".join(SPECS)))
+            root = Path(path.strip()).resolve()
+            if not (root / "bin" / "sh").exists():
+                raise DevClusterError("DEVCLUSTER_ROOTS: %s is not a root file system" % root)
+            roots[name.strip()] = str(root)
+    return {"net_offset": offset, "roots": roots}
+
+
+_LAYOUT = {}
+
+
+def layout():
+    if not _LAYOUT:
+        _LAYOUT.update(load_layout())
+    return _LAYOUT
+
+
+def save_layout():
+    STATE.mkdir(parents=True, exist_ok=True)
+    write_if_changed(LAYOUT_JSON, json.dumps(layout(), indent=2, sort_keys=True) + "\n")
+
+
 def say(msg):
     print(msg, flush=True)
 
@@ -212,8 +274,14 @@ class Cluster:
         spec = SPECS[name]
         self.name = name
         self.spec = spec
-        k = spec["index"]
+        # k: the address block (127.0.k.x, ports 17kxx): the cluster's index,
+        # moved by the layout's offset.
+        self.index = spec["index"]
+        k = spec["index"] + layout()["net_offset"]
         self.k = k
+        # A Debian root whose Slurm this cluster runs (None: this machine's).
+        root = layout()["roots"].get(name)
+        self.root = Path(root) if root else None
         self.dir = STATE / name
         self.etc = self.dir / "etc"
         self.slurm_conf = self.etc / "slurm.conf"
@@ -263,6 +331,23 @@ class Cluster:
 
     def node_addr(self, i):
         return "127.0.%d.%d" % (self.k, 10 + i)
+
+    def wrap(self, argv):
+        """argv as run for this cluster: inside its root (its Slurm, munge,
+        sshd), with the repository at the same path, or as it is."""
+        argv = [str(a) for a in argv]
+        if self.root is None:
+            return argv
+        return [str(IN_ROOT), str(self.root), "--"] + argv
+
+    def has_program(self, program):
+        """Whether the program exists where this cluster runs its commands."""
+        if self.root is None:
+            return shutil.which(program) is not None if "/" not in program else os.path.exists(program)
+        if "/" in program:
+            return os.path.exists(str(self.root) + program)
+        return any(os.access("%s%s/%s" % (self.root, d, program), os.X_OK)
+                   for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"))
 
     def node_port(self, i):
         return 17020 + 100 * self.k + i
@@ -314,6 +399,10 @@ class Cluster:
             # half of its recommendations; InnoDB only touches the pages it
             # uses, so 2 GB costs the resident memory of the data (MBs here).
             "--innodb-buffer-pool-size=2048M", "--innodb-lock-wait-timeout=900",
+            # MariaDB 11.6+ turns snapshot isolation on, which slurmdbd 24.11+
+            # reports as unsupported (a write conflict would be fatal to it);
+            # "loose-": older servers, which do not know it, ignore it.
+            "--loose-innodb-snapshot-isolation=OFF",
         ], m / "mariadbd.pid", "--datadir=%s" % self.mariadb_data, m / "mariadbd.log",
             foreground=True)
 
@@ -322,11 +411,27 @@ class Cluster:
         # to $SLURM_CONF, so that variable (in /proc/PID/environ) is its identity.
         # StorageHost=localhost makes the MySQL client library use a unix
         # socket, the one MYSQL_UNIX_PORT names.
+        env = {"SLURM_CONF": str(self.slurm_conf), "MYSQL_UNIX_PORT": str(self.mariadb_socket)}
+        env.update(self.slurmdbd_extra_env())
         return Daemon(self, "slurmdbd", "slurmdbd", ["slurmdbd"],
                       self.dbd_dir / "slurmdbd.pid", "SLURM_CONF=%s" % self.slurm_conf,
-                      self.dbd_dir / "slurmdbd.log", uts_hostname=self.dbd_addr,
-                      env={"SLURM_CONF": str(self.slurm_conf),
-                           "MYSQL_UNIX_PORT": str(self.mariadb_socket)})
+                      self.dbd_dir / "slurmdbd.log", uts_hostname=self.dbd_addr, env=env)
+
+    def slurmdbd_extra_env(self):
+        """KEY=VALUE lines of /etc/devcluster/slurmdbd.env where this cluster's
+        Slurm is installed (a root made by scripts/releases/mkroot.sh writes one
+        when the root's MariaDB client library cannot serve slurmdbd; see there)."""
+        path = Path((str(self.root) if self.root else "") + SLURMDBD_ENV)
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return {}
+        env = {}
+        for line in lines:
+            key, eq, value = line.strip().partition("=")
+            if eq and key and not key.startswith("#"):
+                env[key] = value
+        return env
 
     def accounting_daemons(self):
         return [self.mariadbd(), self.slurmdbd()] if self.accounting else []
@@ -528,7 +633,7 @@ class Cluster:
 
     def render_sshd_config(self):
         extra = []
-        if sshd_knows_option("PerSourcePenalties=no"):
+        if sshd_knows_option("PerSourcePenalties=no", self):
             # OpenSSH 9.8+ penalises a source address for connections closed
             # before login and for failed authentications (the wrong-key tests
             # do both on purpose) until it refuses new ones: every client here
@@ -569,7 +674,12 @@ class Cluster:
     def describe(self):
         d = {
             "name": self.name,
-            "index": self.k,
+            "index": self.index,
+            # the address block 127.0.<net>.x (index + DEVCLUSTER_NET_OFFSET)
+            "net": self.k,
+            # the Debian root whose Slurm this cluster runs (null: this machine's)
+            "root": str(self.root) if self.root else None,
+            "slurm_version": slurm_version(self),
             "slurm_conf": str(self.slurm_conf),
             "gres_conf": str(self.gres_conf),
             "topology_conf": str(self.topology_conf),
@@ -705,6 +815,8 @@ class Daemon:
             self.argv = ["unshare", "--uts", "--", "sh", "-c",
                          'echo "$0" > /proc/sys/kernel/hostname && exec "$@"',
                          uts_hostname] + list(argv)
+        # A cluster of another release: the daemon is that root's program.
+        self.argv = cluster.wrap(self.argv)
         self.pidfile = Path(pidfile)
         self.ident = ident
         self.log = Path(log)
@@ -847,17 +959,23 @@ ACCOUNTING_PROGRAMS = ("slurmdbd", "sacctmgr", "sacct", "mariadb-install-db", "m
 
 
 def need_programs(clusters=()):
-    wanted = ["unshare", "nsenter", "slurmctld", "slurmd", "munged", "mungekey", "scontrol", "sinfo",
-              "ssh-keygen", "ssh"]
-    if any(c.accounting for c in clusters):
-        wanted += ACCOUNTING_PROGRAMS
-    missing = [p for p in wanted if shutil.which(p) is None]
-    if not os.path.exists(SSHD):
-        missing.append(SSHD)
-    if any(c.accounting for c in clusters) and not os.path.exists(MARIADBD):
-        missing.append(MARIADBD)
+    """This machine's own tools (keys, namespaces), then what each cluster
+    runs, where it runs it (in its root, for a cluster of another release)."""
+    missing = [p for p in ("unshare", "nsenter", "ssh-keygen", "ssh") if shutil.which(p) is None]
+    wanted = ["unshare", "slurmctld", "slurmd", "munged", "munge", "unmunge", "mungekey", "scontrol",
+              "sinfo", SSHD]
+    for c in list(clusters) or [None]:
+        progs = wanted + (list(ACCOUNTING_PROGRAMS) + [MARIADBD] if c is not None and c.accounting else [])
+        for prog in progs:
+            if c is not None and c.root is not None:
+                if not c.has_program(prog):
+                    missing.append("%s (in %s)" % (prog, c.root))
+            elif not (os.path.exists(prog) if "/" in prog else shutil.which(prog)):
+                missing.append(prog)
+    missing = list(dict.fromkeys(missing))
     if missing:
-        raise DevClusterError("missing programs: %s (run: make install-system)" % " ".join(missing))
+        raise DevClusterError("missing programs: %s (run: make install-system; for a root: "
+                              "scripts/releases/mkroot.sh)" % " ".join(missing))
     if os.geteuid() != 0:
         raise DevClusterError("devcluster must run as root (SlurmUser=root, sshd on loopback)")
 
@@ -873,17 +991,21 @@ def check_path_lengths(cluster):
 _SSHD_OPTIONS = {}
 
 
-def sshd_knows_option(option):
-    """Whether this sshd accepts OPTION ("Name=value"): sshd refuses to start
-    on an option it does not know (PerSourcePenalties is new in OpenSSH 9.8;
-    Debian 12 has 9.2, whose sshd has no -G either, which also answers no)."""
-    if option not in _SSHD_OPTIONS:
+def sshd_knows_option(option, cluster=None):
+    """Whether the sshd (of cluster's root, if it has one) accepts OPTION
+    ("Name=value"): sshd refuses to start on an option it does not know
+    (PerSourcePenalties is new in OpenSSH 9.8; Debian 12 has 9.2, whose sshd
+    has no -G either, which also answers no)."""
+    root = cluster.root if cluster is not None else None
+    key = (str(root), option)
+    if key not in _SSHD_OPTIONS:
+        argv = [SSHD, "-G", "-f", "/dev/null", "-o", option]
         try:
-            p = run([SSHD, "-G", "-f", "/dev/null", "-o", option], check=False, timeout=15)
-            _SSHD_OPTIONS[option] = p.returncode == 0
+            p = run(cluster.wrap(argv) if cluster is not None else argv, check=False, timeout=15)
+            _SSHD_OPTIONS[key] = p.returncode == 0
         except OSError:
-            _SSHD_OPTIONS[option] = False
-    return _SSHD_OPTIONS[option]
+            _SSHD_OPTIONS[key] = False
+    return _SSHD_OPTIONS[key]
 
 
 def ssh_keygen(path, comment):
@@ -929,7 +1051,7 @@ def prepare_cluster(c):
     for i in range(c.gres_count):
         make_fake_device(c.dev_dir / ("%s%d" % (c.spec["devname"], i)))
     if not c.munge_key.exists():
-        run(["mungekey", "-c", "-k", str(c.munge_key)])
+        run(c.wrap(["mungekey", "-c", "-k", str(c.munge_key)]))
         os.chmod(c.munge_key, 0o600)
         say("%s: generated munge key" % c.name)
     changed = False
@@ -1037,9 +1159,30 @@ def write_clusters_json():
 # Slurm queries
 # --------------------------------------------------------------------------
 
+_VERSIONS = {}
+
+
+def slurm_version(c):
+    """The Slurm release of the cluster's commands ("24.11.5"), or None before
+    its slurm.conf exists (Slurm's commands read it before --version)."""
+    key = str(c.root)
+    if key not in _VERSIONS:
+        if not c.slurm_conf.exists():
+            return None
+        try:
+            p = run(c.wrap(["sinfo", "--version"]), env=c.env(), check=False, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        words = p.stdout.split()
+        if p.returncode != 0 or len(words) < 2:
+            return None
+        _VERSIONS[key] = words[1]
+    return _VERSIONS[key]
+
+
 def ctld_up(c):
     try:
-        p = run(["scontrol", "ping"], env=c.env(), check=False, timeout=15)
+        p = run(c.wrap(["scontrol", "ping"]), env=c.env(), check=False, timeout=15)
     except subprocess.TimeoutExpired:
         return False
     return p.returncode == 0 and "is UP" in p.stdout
@@ -1060,7 +1203,7 @@ def wait_ctld(c, timeout=30.0):
 def node_conditions(c):
     """{node: (state, reason)}: sinfo's long state (idle, down*, drained,
     mixed, ...) and the node's reason ("" when it has none)."""
-    p = run(["sinfo", "-h", "-N", "-o", "%N %T %E"], env=c.env(), check=False, timeout=15)
+    p = run(c.wrap(["sinfo", "-h", "-N", "-o", "%N %T %E"]), env=c.env(), check=False, timeout=15)
     conds = {}
     if p.returncode != 0:
         return conds
@@ -1132,7 +1275,7 @@ def wait_idle(clusters, timeout=WAIT_IDLE_S):
                     busy_only = False
                 if unavailable(st) and time.monotonic() - last_resume.get((c.name, node), -99) > 5:
                     last_resume[(c.name, node)] = time.monotonic()
-                    p = run(["scontrol", "update", "NodeName=%s" % node, "State=RESUME"],
+                    p = run(c.wrap(["scontrol", "update", "NodeName=%s" % node, "State=RESUME"]),
                             env=c.env(), check=False)
                     say("%s: %s was %s (%s) -> resume%s" % (
                         c.name, node, st, reason or "no reason",
@@ -1166,7 +1309,7 @@ def fail_not_idle(pending, timeout):
 
 
 def live_job_ids(c):
-    p = run(["squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING", "-o", "%A"],
+    p = run(c.wrap(["squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING", "-o", "%A"]),
             env=c.env(), check=False, timeout=15)
     return [j for j in p.stdout.split() if j.strip()] if p.returncode == 0 else []
 
@@ -1241,11 +1384,15 @@ def start_daemon(d):
 
 def up_munge(c):
     start_daemon(c.munged())
-    p = subprocess.run("munge -n -S %s | unmunge -S %s" % ((shlex.quote(str(c.munge_socket)),) * 2),
-                       shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       universal_newlines=True)
+    # A credential made and decoded through this cluster's munged.
+    cred = run(c.wrap(["munge", "-n", "-S", str(c.munge_socket)]), check=False)
+    p = cred
+    if cred.returncode == 0:
+        p = subprocess.run(c.wrap(["unmunge", "-S", str(c.munge_socket)]), input=cred.stdout,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                           timeout=60)
     if p.returncode != 0:
-        raise DevClusterError("%s: munge round trip failed: %s" % (c.name, p.stdout))
+        raise DevClusterError("%s: munge round trip failed: %s%s" % (c.name, p.stdout, p.stderr))
 
 
 def up_ctld(c):
@@ -1256,7 +1403,7 @@ def up_ctld(c):
 def mariadb_sql(c, sql, timeout=30):
     """Run SQL as MariaDB's root (socket authentication: we are root) on the
     cluster's private server; the SQL goes on stdin, never into argv."""
-    return subprocess.run(["mariadb", "--no-defaults", "--socket=%s" % c.mariadb_socket, "-N", "-B"],
+    return subprocess.run(c.wrap(["mariadb", "--no-defaults", "--socket=%s" % c.mariadb_socket, "-N", "-B"]),
                           input=sql, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout)
 
@@ -1274,8 +1421,8 @@ def up_accounting(c, dbd_conf_changed=False):
         if c.mariadb_data.exists():
             shutil.rmtree(str(c.mariadb_data))
         t0 = time.monotonic()
-        run(["mariadb-install-db", "--no-defaults", "--user=root", "--datadir=%s" % c.mariadb_data,
-             "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180)
+        run(c.wrap(["mariadb-install-db", "--no-defaults", "--user=root", "--datadir=%s" % c.mariadb_data,
+                    "--auth-root-authentication-method=socket", "--skip-test-db"]), timeout=180)
         marker.write_text("mariadb-install-db done\n")
         say("%s: initialised MariaDB in %s (%.1fs)" % (c.name, c.mariadb_data, time.monotonic() - t0))
     db_started = start_daemon(db)
@@ -1312,7 +1459,7 @@ def register_cluster(c, timeout=30.0):
     """sacctmgr add cluster, once; slurmdbd may take a moment to answer."""
     deadline = time.monotonic() + timeout
     while True:
-        p = run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=c.env(),
+        p = run(c.wrap(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"]), env=c.env(),
                 check=False, timeout=30)
         if p.returncode == 0:
             break
@@ -1322,7 +1469,7 @@ def register_cluster(c, timeout=30.0):
                 tail(c.slurmdbd().log)))
         time.sleep(0.3)
     if c.name not in p.stdout.split():
-        run(["sacctmgr", "-i", "add", "cluster", c.name], env=c.env(), timeout=30)
+        run(c.wrap(["sacctmgr", "-i", "add", "cluster", c.name]), env=c.env(), timeout=30)
         say("%s: registered cluster in slurmdbd" % c.name)
 
 
@@ -1357,7 +1504,7 @@ def set_uts_hostname(pid, name):
 def up_sshd(c):
     d = c.sshd()
     if not d.pid():
-        p = run([SSHD, "-t", "-f", str(c.sshd_config)], check=False)
+        p = run(c.wrap([SSHD, "-t", "-f", str(c.sshd_config)]), check=False)
         if p.returncode != 0:
             raise DevClusterError("%s: sshd config test failed: %s" % (c.name, p.stdout + p.stderr))
     start_daemon(d)
@@ -1393,6 +1540,7 @@ def cmd_up(names):
     t0 = time.monotonic()
     clusters = [Cluster(n) for n in names]
     need_programs(clusters)
+    save_layout()
     prepare_common()
     changed = {}
     for c in clusters:
@@ -1431,7 +1579,7 @@ def cmd_down(names):
         if c.slurmctld().pid() and ctld_up(c):
             jobs = live_job_ids(c)
             if jobs:
-                run(["scancel"] + jobs, env=c.env(), check=False)
+                run(c.wrap(["scancel"] + jobs), env=c.env(), check=False)
                 say("%s: cancelled %d live job(s): %s" % (c.name, len(jobs), " ".join(jobs)))
                 deadline = time.monotonic() + 15
                 while time.monotonic() < deadline and live_job_ids(c):
@@ -1489,10 +1637,10 @@ def cmd_one(action, name):
         pid = c.sshd().stop()
         say("%s: sshd %s" % (name, "stopped (pid %d)" % pid if pid else "was not running"))
     elif action == "up-sshd":
-        need_programs()
+        need_programs([c])
         up_sshd(c)
     elif action == "rekey-sshd":
-        need_programs()
+        need_programs([c])
         if not c.host_key_orig.exists():
             for suffix in ("", ".pub"):
                 os.replace(str(c.host_key) + suffix, str(c.host_key_orig) + suffix)
@@ -1507,7 +1655,7 @@ def cmd_one(action, name):
         say("%s: login host key replaced (known_hosts unchanged; restore-sshd-key %s to undo)"
             % (name, name))
     elif action == "restore-sshd-key":
-        need_programs()
+        need_programs([c])
         if c.host_key_orig.exists():
             restore_key_files(c)
             c.sshd().stop()
