@@ -1,0 +1,808 @@
+"""The requeue daemon on the real local clusters: real failures, real PyTorch, kill -9 at every step.
+
+A user submits ``examples/ddp_train.py`` with ``slurmkit submit --auto-requeue``
+(a subprocess, as from a shell), and the daemon is driven the way cron or
+systemd drives it: ``slurmkit daemon once`` cycles, or a background
+``slurmkit daemon run``.  Each test has a journal of its own
+(``SLURMKIT_STATE_DIR`` under its tmp dir).
+
+Failures, each made by Slurm itself, then restarted (or not) by the daemon:
+
+- NODE_FAIL on alpha (its first node set DOWN while it trains): restarted
+  from the latest complete checkpoint, on other nodes;
+- PREEMPTED on beta (a job in the ``urgent`` partition on the same node);
+- a time limit on gamma (``-t 2``; Slurm's USR1 60 s before it, local.yaml's
+  ``requeue.signal_grace``): the program saves and the job exits 75;
+- an exit code the site lists as transient (local.yaml: 42), one process;
+- a non-transient exit code (3): not restarted.
+
+After each failure a newer, incomplete checkpoint is put next to the
+complete ones (what a node dying mid-save leaves); the daemon must skip it,
+say so in ``slurmkit jobs --json``, and resume from the one before.  Every
+restarted job runs to its end and its output is read: the resumed step, and
+``final rank=R step=S loss=L`` with S = --steps and the same L on every rank.
+
+These five run side by side (each in a thread started by a module fixture,
+their first attempts slowed down by the example's --first-attempt-* hooks so
+a test can fail them part-way), while the tests that need no PyTorch run:
+the daemon killed with SIGKILL at each point of a restart (a small driver
+patches the daemon to kill itself there, then a fresh ``daemon once``
+recovers; exactly one new attempt must exist), a crash loop stopped within
+its budget by ``daemon run``, and the systemd units' commands.
+
+Needs the clusters (make cluster-up); the training tests need PyTorch in
+.venv (make venv-train) and are skipped with that reason without it.
+About four minutes on two cores.
+"""
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+
+from conftest import TERMINAL_STATES, job_info, slurm, wait_job_state
+from slurmkit import checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "site_configs" / "local.yaml"
+TRAIN = str(ROOT / "examples" / "ddp_train.py")
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
+TRANSIENT = 42          # local.yaml requeue.transient_exit_codes
+
+FINAL_RE = re.compile(r"^final rank=(\d+) step=(\d+) loss=(\S+)$", re.M)
+RESUME_RE = re.compile(r"^resume from=(\S+) step=(\d+)$", re.M)
+
+
+def _torch_missing():
+    try:
+        proc = subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+
+
+_MISSING = _torch_missing()
+requires_torch = pytest.mark.skipif(bool(_MISSING), reason="PyTorch is not installed in %s (make venv-train): %s"
+                                    % (PYTHON, _MISSING))
+
+
+# --------------------------------------------------------------------------
+# A user's shell
+# --------------------------------------------------------------------------
+
+def user_env(home: Path, state: Path):
+    """A user's environment: nothing of ours (SLURMKIT_*, SLURM_*), a HOME and journal of the test's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURMKIT_", "SLURM_", "SBATCH_", "SRUN_")) and k != "SSH_AUTH_SOCK"}
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(home), SLURMKIT_CACHE_DIR=str(home / "cache"), SLURMKIT_SITE=str(SITE),
+               SLURMKIT_STATE_DIR=str(state))
+    return env
+
+
+def slurmkit(env, *args, check=True, timeout=120):
+    proc = subprocess.run([sys.executable, "-m", "slurmkit", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(map(str, args)), proc.returncode, proc.stdout,
+                                                           proc.stderr))
+    return proc
+
+
+def until(what, probe, timeout, interval=1.0):
+    """Poll ``probe()`` until it returns something true; that value.  Fails saying ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("waited %.0f s for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def named_jobs(cluster, name):
+    """Every job of this name Slurm knows, finished ones included: [(job id, comment, state)]."""
+    out = slurm(cluster, "squeue", "--noheader", "--states=all", "--name=" + name, "--format=%i|%k|%T").stdout
+    return [tuple(line.split("|", 2)) for line in out.splitlines() if line.strip()]
+
+
+def hostnames(cluster, nodelist):
+    return slurm(cluster, "scontrol", "show", "hostnames", nodelist).stdout.split()
+
+
+def finals(text):
+    """{rank: (step, loss)} from a job's output."""
+    return {int(r): (int(s), loss) for r, s, loss in FINAL_RE.findall(text)}
+
+
+def check_final(text, steps, world):
+    """Every rank trained to ``steps`` and ended with the same evaluation loss."""
+    final = finals(text)
+    assert sorted(final) == list(range(world)), text[-3000:]
+    assert {s for s, _ in final.values()} == {steps}, final
+    assert len({loss for _, loss in final.values()}) == 1, "final losses differ across ranks: %s" % final
+
+
+@contextlib.contextmanager
+def node_lock(devcluster):
+    """The lock every test that changes node states takes (tests/integration/test_backend.py):
+    several sessions may run the suite against the same clusters at once."""
+    path = Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"
+    with open(str(path), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_USERS = itertools.count()
+
+
+class User:
+    """One user's tracked job: submitted with the CLI, driven with ``daemon once``, read with ``jobs --json``."""
+
+    def __init__(self, base: Path, key: str, cluster: str):
+        self.key, self.cluster = key, cluster
+        self.dir = base / key
+        self.dir.mkdir(parents=True)
+        self.env = user_env(self.dir / "home", self.dir / "state")
+        self.ckpt = self.dir / "ckpt"
+        self.name = "skt-rq-%s-%d-%d" % (key, os.getpid(), next(_USERS))   # unique: jobs are counted by name
+        self.times = []          # (seconds since the start, event): shown when a test fails
+        self.extra = []          # other jobs of the test, cancelled at the end
+        self.t0 = time.monotonic()
+
+    def note(self, event):
+        self.times.append((round(time.monotonic() - self.t0, 1), event))
+
+    def submit(self, *args, command):
+        out = slurmkit(self.env, "submit", "--json", "--auto-requeue", "--checkpoint-dir", self.ckpt,
+                       "-M", self.cluster, "-J", self.name, "-o", self.dir / ("%s-%%j.out" % self.key), *args,
+                       "--", *command)
+        data = json.loads(out.stdout)
+        self.note("submitted %s" % data["id"])
+        return data
+
+    def once(self):
+        proc = slurmkit(self.env, "daemon", "once", "--json", check=False)
+        assert proc.returncode in (0, 1) and proc.stdout, proc.stderr
+        report = json.loads(proc.stdout)
+        self.note("daemon once: %s" % {k: v for k, v in report.items() if v and k != "next_end"})
+        return report
+
+    def tracked(self):
+        jobs = json.loads(slurmkit(self.env, "jobs", "--json", "--all").stdout)
+        assert len(jobs) == 1, jobs
+        return jobs[0]
+
+    def attempt(self, number):
+        return self.tracked()["attempts"][number - 1]
+
+    def output(self, job_id):
+        return (self.dir / ("%s-%s.out" % (self.key, job_id))).read_text(errors="replace")
+
+    def running(self, job_id, timeout=240):
+        info = wait_job_state(self.cluster, job_id, "RUNNING", timeout=timeout)
+        self.note("%s running on %s" % (job_id, info["NodeList"]))
+        return hostnames(self.cluster, info["NodeList"])
+
+    def ended(self, job_id, timeout=300):
+        """Wait for the job to end (any final state); its state."""
+        state = until("job %s:%s to end" % (self.cluster, job_id),
+                      lambda: (job_info(self.cluster, job_id).get("JobState") in TERMINAL_STATES
+                               and job_info(self.cluster, job_id)["JobState"]), timeout)
+        self.note("%s ended %s" % (job_id, state))
+        return state
+
+    def checkpointed(self, step, job_id, timeout=240):
+        """Wait for a complete checkpoint at ``step`` or later while the job still runs."""
+        def probe():
+            found = checkpoint.latest(str(self.ckpt))
+            if found.step is not None and found.step >= step:
+                return found
+            state = job_info(self.cluster, job_id).get("JobState")
+            assert state not in TERMINAL_STATES, "job %s ended %s before checkpoint %d:\n%s" % (
+                job_id, state, step, self.output(job_id)[-3000:])
+            return None
+        found = until("checkpoint %d of job %s" % (step, job_id), probe, timeout, interval=0.5)
+        self.note("checkpoint step %d" % found.step)
+        return found
+
+    def settled(self, quiet=3.0, timeout=60):
+        """Wait until nothing changes in the checkpoint directory for ``quiet`` s: the failed job's
+        processes (killed by Slurm a moment after its state changed) write no more."""
+        def listing():
+            return sorted((p.name, p.stat().st_mtime) for p in self.ckpt.iterdir())
+        last, since = listing(), time.monotonic()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() - since < quiet:
+            assert time.monotonic() < deadline, "checkpoints of %s still changing after %d s" % (self.key, timeout)
+            time.sleep(0.5)
+            now = listing()
+            if now != last:
+                last, since = now, time.monotonic()
+        return checkpoint.latest(str(self.ckpt))
+
+    def partial_after(self, found, how="no marker"):
+        """Put a newer checkpoint than ``found`` that is not complete: what a save cut off by the failure leaves."""
+        step = found.step + 5
+        path = self.ckpt / ("step-%06d" % step)
+        path.mkdir()
+        (path / "state.pt").write_bytes(b"PK\x03\x04 cut off")
+        if how == "short file":
+            # A marker that promises more bytes than the file has.
+            (path / checkpoint.MARKER).write_text(json.dumps(
+                {"format": checkpoint.MARKER_FORMAT, "step": step, "files": {"state.pt": 1 << 20}, "world_size": 2}))
+        self.note("partial checkpoint %s (%s)" % (path.name, how))
+        return path
+
+    def finish(self, timeout=300):
+        """Drive the daemon until tracking ends (the job completed or was stopped); the tracked job."""
+        def probe():
+            tracked = self.tracked()
+            if tracked["state"] != "active":
+                return tracked
+            current = tracked["attempts"][-1]
+            if current["job_id"] and job_info(self.cluster, current["job_id"]).get("JobState") in TERMINAL_STATES:
+                self.once()
+            return None
+        tracked = until("tracked job %s to end" % self.key, probe, timeout, interval=2.0)
+        self.note("tracking ended: %s (%s)" % (tracked["state"], tracked["reason"]))
+        return tracked
+
+    def cleanup(self):
+        for job_id, _, state in named_jobs(self.cluster, self.name):
+            if state not in TERMINAL_STATES:
+                slurm(self.cluster, "scancel", job_id, check=False)
+        if self.extra:
+            slurm(self.cluster, "scancel", *self.extra, check=False)
+
+
+def skipped_paths(tracked):
+    return [e["message"] for e in tracked["events"] if "skipped checkpoint" in e["message"]]
+
+
+# --------------------------------------------------------------------------
+# The five failures, each in a thread of its own
+# --------------------------------------------------------------------------
+
+TRAIN_ARGS = ("--timeout", 120, "--log-every", 0, "--checkpoint-every", 10)
+
+
+class Scenario:
+    """A function run in a thread from the module's start; its test waits for it and re-raises what it raised."""
+
+    def __init__(self, user, body):
+        self.user, self.body = user, body
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, name=user.key, daemon=True)
+
+    def _run(self):
+        try:
+            self.result = self.body(self.user)
+        except BaseException as exc:       # handed to the test, with its traceback
+            self.error = exc
+            self.user.note("failed: %s" % traceback.format_exc(limit=3))
+
+    def outcome(self, timeout=600):
+        self.thread.join(timeout)
+        timeline = "\n".join("  %6.1fs %s" % t for t in self.user.times)
+        print("\n%s:\n%s" % (self.user.key, timeline))
+        assert not self.thread.is_alive(), "scenario %s still running after %d s:\n%s" % (
+            self.user.key, timeout, timeline)
+        if self.error is not None:
+            raise AssertionError("scenario %s failed:\n%s" % (self.user.key, timeline)) from self.error
+        return self.result
+
+
+def node_failure(user, devcluster):
+    """Two nodes x one worker on alpha; the first node goes DOWN while it trains (NODE_FAIL)."""
+    first = user.submit("-p", "cpu", "-N", 2, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+    nodes = user.running(first["job_id"])
+    user.checkpointed(20, first["job_id"])
+    victim = nodes[0]
+    reason = "slurmkit-test: requeue node failure %d" % os.getpid()
+    with node_lock(devcluster):
+        slurm("alpha", "scontrol", "update", "NodeName=" + victim, "State=DOWN", "Reason=" + reason)
+        user.note("%s set DOWN" % victim)
+        try:
+            wait_job_state("alpha", first["job_id"], "NODE_FAIL", timeout=60)
+            found = user.settled()
+            partial = user.partial_after(found)
+            report = user.once()
+            assert report["finished"] == [[first["tracked_id"], "NODE_FAIL"]] and len(report["restarted"]) == 1
+        finally:
+            # ReturnToService=2 brings it back once its slurmd answers; make sure, and leave it usable.
+            now = job_info_node(victim)
+            if now.get("Reason", "").startswith("slurmkit-test"):
+                slurm("alpha", "scontrol", "update", "NodeName=" + victim, "State=RESUME", check=False)
+            until("node %s back in service" % victim, lambda: node_usable(victim), 90)
+            user.note("%s back" % victim)
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    after = user.running(second["job_id"])
+    state = user.ended(second["job_id"])
+    return dict(first=first, nodes=nodes, victim=victim, found=found, partial=partial, tracked=tracked,
+                second=second, second_nodes=after, second_state=state, final=user.finish())
+
+
+def job_info_node(node):
+    out = slurm("alpha", "scontrol", "show", "node", "-o", node).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def node_usable(node):
+    state = job_info_node(node).get("State", "")
+    return not any(s in state for s in ("DOWN", "DRAIN", "NOT_RESPONDING", "FAIL"))
+
+
+def preemption(user, devcluster):
+    """One node, two workers on beta's gpu partition; an urgent job takes the node (PREEMPTED)."""
+    first = user.submit("-N", 1, "--gpus-per-node", 2, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+    nodes = user.running(first["job_id"])
+    user.checkpointed(20, first["job_id"])
+    urgent = slurm("beta", "sbatch", "--parsable", "-p", "urgent", "-w", nodes[0], "--exclusive", "-t", 1,
+                   "-J", user.name + "-urgent", "-o", "/dev/null", "--wrap", "sleep 10").stdout.strip()
+    user.extra.append(urgent)
+    user.note("urgent job %s on %s" % (urgent, nodes[0]))
+    wait_job_state("beta", first["job_id"], "PREEMPTED", timeout=60)
+    found = user.settled()
+    partial = user.partial_after(found)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], "PREEMPTED"]] and len(report["restarted"]) == 1
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    state = user.ended(second["job_id"])
+    return dict(first=first, nodes=nodes, found=found, partial=partial, tracked=tracked, second=second,
+                second_state=state, final=user.finish())
+
+
+def time_limit(user, devcluster):
+    """One node, two workers on gamma, -t 2: Slurm's USR1 60 s before the limit; the program saves, exits 75."""
+    first = user.submit("--gpus-per-node", 2, "-t", 2,
+                        command=[PYTHON, TRAIN, "--steps", 100, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+    user.running(first["job_id"])
+    state = user.ended(first["job_id"], timeout=240)
+    found = user.settled()
+    partial = user.partial_after(found, how="short file")
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], state]] and len(report["restarted"]) == 1
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    second_state = user.ended(second["job_id"])
+    return dict(first=first, first_state=state, found=found, partial=partial, tracked=tracked, second=second,
+                second_state=second_state, final=user.finish())
+
+
+def transient_exit(user, devcluster):
+    """One process on gamma; it exits 42 after step 30 on the first attempt (local.yaml: transient).
+
+    One process: the exit code must be the job's.  Through a launcher of several ranks it is
+    not: torchrun exits 1 when a worker fails, and srun --kill-on-bad-exit returns 143 when it
+    terminated the other ranks (the highest status of all tasks)."""
+    first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS,
+                                 "--first-attempt-exit", "30:%d" % TRANSIENT])
+    state = user.ended(first["job_id"], timeout=240)
+    found = user.settled()
+    partial = user.partial_after(found)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], state]] and len(report["restarted"]) == 1
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    second_state = user.ended(second["job_id"])
+    return dict(first=first, first_state=state, found=found, partial=partial, tracked=tracked, second=second,
+                second_state=second_state, final=user.finish())
+
+
+def other_exit(user, devcluster):
+    """One process on gamma; exits 3 after step 30: a failure of the program, not restarted."""
+    first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3"])
+    state = user.ended(first["job_id"], timeout=240)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], state]] and report["restarted"] == []
+    again = user.once()          # a later cycle does not change its mind
+    return dict(first=first, first_state=state, report=report, again=again, tracked=user.tracked())
+
+
+SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemption), "timeout": ("gamma", time_limit),
+             "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit)}
+
+
+@pytest.fixture(scope="module")
+def scenarios(devcluster, tmp_path_factory):
+    if _MISSING:
+        pytest.skip("PyTorch is not installed in %s (make venv-train): %s" % (PYTHON, _MISSING))
+    base = tmp_path_factory.mktemp("requeue")
+    running = {}
+    try:
+        for key, (cluster, body) in SCENARIOS.items():
+            user = User(base, key, cluster)
+            running[key] = Scenario(user, lambda u, body=body: body(u, devcluster))
+            running[key].thread.start()
+        yield running
+    finally:
+        for scenario in running.values():
+            scenario.thread.join(0)
+            scenario.user.cleanup()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scenarios_first(request):
+    """Start the training scenarios before the module's other tests, which then run while they train
+    (the scenario tests come last and wait for their threads)."""
+    wanted = any("scenarios" in item.fixturenames for item in request.session.items
+                 if item.module is request.module)
+    if wanted and not _MISSING:
+        request.getfixturevalue("scenarios")
+
+
+def resumed(text):
+    found = RESUME_RE.findall(text)
+    assert len(found) == 1, text[-3000:]
+    return found[0][0], int(found[0][1])
+
+
+def check_restart(result, user, cause, steps, world):
+    """What every restarted scenario shares: resumed from the newest complete checkpoint, the partial
+    newer one skipped (and said so in `slurmkit jobs --json`), trained to the end on every rank."""
+    found, partial, tracked, second = result["found"], result["partial"], result["tracked"], result["second"]
+    first = tracked["attempts"][0]
+    assert first["cause"] == cause and first["phase"] == "decided", first
+    assert second["number"] == 2 and second["resume_step"] == found.step and second["resume_from"] == found.path
+    assert any(str(partial) in message for message in skipped_paths(tracked)), tracked["events"]
+    assert result["second_state"] == "COMPLETED"
+    final = result["final"]
+    assert final["state"] == "completed" and len(final["attempts"]) == 2, final
+    assert final["attempts"][1]["state"] == "COMPLETED" and final["attempts"][1]["exit_code"] == 0
+    text = user.output(second["job_id"])
+    assert resumed(text) == (found.path, found.step)
+    check_final(text, steps, world)
+    # The first attempt stopped part-way: it never printed a final line.
+    assert finals(user.output(result["first"]["job_id"])) == {}
+    # One Slurm job per attempt, each carrying its attempt's token.
+    jobs = named_jobs(user.cluster, user.name)
+    assert sorted(c for _, c, _ in jobs) == sorted("slurmkit:" + a["token"] for a in final["attempts"]), jobs
+
+
+# --------------------------------------------------------------------------
+# kill -9 at every point of a restart
+# --------------------------------------------------------------------------
+
+# `slurmkit daemon once` in a process that kills itself, and what it started, with SIGKILL at
+# one point of a restart.  The daemon has no hook for this: the driver patches the journal or
+# the backend the daemon uses, in this process only.
+CRASH_DRIVER = r'''
+import os, signal, sys, threading, time
+
+point = sys.argv[1]
+
+
+def crash():
+    # The daemon and everything it started (an sbatch in flight) die at once, as with
+    # systemd's KillMode=control-group when the daemon's process is killed.
+    sys.stderr.write("slurmkit-test: kill -9 at %s\n" % point)
+    sys.stderr.flush()
+    os.killpg(0, signal.SIGKILL)
+
+
+def patch(owner, name, before=False, after=False, during=None, when=None):
+    original = getattr(owner, name)
+
+    def patched(*args, **kwargs):
+        if when is not None and not when(*args, **kwargs):
+            return original(*args, **kwargs)
+        if before:
+            crash()
+        if during is not None:
+            # The call runs in a thread; the process dies while it is in flight.
+            started = threading.Event()
+            threading.Thread(target=lambda: (started.set(), original(*args, **kwargs)), daemon=True).start()
+            started.wait()
+            time.sleep(during)
+            crash()
+        result = original(*args, **kwargs)
+        if after:
+            crash()
+        return result
+    setattr(owner, name, patched)
+
+
+from slurmkit import session
+from slurmkit.requeue.journal import Journal
+
+on_backend = []
+make_backend = session.make_backend
+
+
+def make_patched_backend(cluster, *args, **kwargs):
+    backend = make_backend(cluster, *args, **kwargs)
+    for name, how in on_backend:
+        patch(backend, name, **how)          # an instance attribute: this backend only
+    return backend
+
+
+session.make_backend = make_patched_backend
+where, _, delay = point.partition(":")
+if where == "finished":            # recording that the attempt failed
+    patch(Journal, "finished", before=True)
+elif where == "before_intent":     # the decision made, its intent not yet written
+    patch(Journal, "decide_and_plan", before=True)
+elif where == "after_intent":      # the intent written, sbatch not yet run
+    patch(Journal, "decide_and_plan", after=True)
+elif where == "during_sbatch":     # the submission in flight
+    on_backend.append(("submit", {"during": float(delay or 0)}))
+elif where == "after_sbatch":      # the job exists, its id not yet in the journal
+    on_backend.append(("submit", {"after": True}))
+elif where == "during_reconcile":  # looking for the intent's token among the user's jobs
+    on_backend.append(("jobs", {"during": float(delay or 0), "when": lambda *a, **k: k.get("user")}))
+elif where == "after_reconcile":   # the token found, the job id not yet in the journal
+    patch(Journal, "submitted", before=True)
+else:
+    sys.exit("unknown point %s" % point)
+
+from slurmkit.cli import main
+
+code = main(["daemon", "once"])
+sys.stderr.write("slurmkit-test: no crash at %s (daemon once exited %s)\n" % (point, code))
+sys.exit(3)
+'''
+
+# (the point the daemon dies at, the crash before it that makes the state it needs, backend)
+CRASHES = [
+    ("finished", None, None),
+    ("before_intent", None, None),
+    ("after_intent", None, None),
+    ("during_sbatch", None, None),
+    ("during_sbatch:0.05", None, None),
+    ("after_sbatch", None, None),
+    # the sbatch subprocess of the command backend killed with the daemon, mid-flight or done
+    ("during_sbatch", None, "commands"),
+    ("after_sbatch", None, "commands"),
+    # recovering from a crash after sbatch, the recovery itself killed
+    ("during_reconcile", "after_sbatch", None),
+    ("after_reconcile", "after_sbatch", None),
+]
+
+
+@pytest.fixture(scope="module")
+def crash_driver(tmp_path_factory):
+    path = tmp_path_factory.mktemp("driver") / "crash_driver.py"
+    path.write_text(CRASH_DRIVER)
+    return path
+
+
+def crash_at(user, driver, point, backend=None):
+    env = dict(user.env)
+    if backend:
+        env["SLURMKIT_BACKEND"] = backend
+    # A session of its own: the driver's kill -9 of its process group reaches nothing of ours.
+    proc = subprocess.run([sys.executable, str(driver), point], env=env, capture_output=True, text=True,
+                          timeout=120, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, "the daemon did not die at %s:\n%s%s" % (
+        point, proc.stdout, proc.stderr)
+    assert "slurmkit-test: kill -9 at %s" % point in proc.stderr
+    user.note("killed at %s" % point)
+
+
+@pytest.mark.parametrize("point,before,backend", CRASHES,
+                         ids=["%s%s%s" % (p, "-after-" + b if b else "", "-" + k if k else "") for p, b, k in CRASHES])
+def test_kill_9_anywhere_in_a_restart_makes_exactly_one_new_attempt(devcluster, tmp_path, crash_driver, point,
+                                                                      before, backend):
+    user = User(tmp_path, "crash", "beta")
+    try:
+        # Fails at once with the site's transient code on its first attempt; a restart succeeds.
+        first = user.submit("-T", "single", "--gpus-per-node", 1, "-t", 2, command=[
+            "bash", "-c", 'echo "attempt $SLURMKIT_ATTEMPT"; [ "$SLURMKIT_ATTEMPT" != 1 ] || exit %d' % TRANSIENT])
+        assert user.ended(first["job_id"], timeout=120) == "FAILED"
+        if before:
+            crash_at(user, crash_driver, before, backend)
+        crash_at(user, crash_driver, point, backend)
+        after_crash = named_jobs("beta", user.name)
+        # A fresh daemon recovers; a second cycle changes nothing more.
+        user.once()
+        user.once()
+        tracked = user.tracked()
+        attempts = tracked["attempts"]
+        assert [a["number"] for a in attempts] == [1, 2], attempts
+        jobs = named_jobs("beta", user.name)
+        tokens = [c for _, c, _ in jobs]
+        # Exactly two jobs: the failed one and one restart, each with its attempt's token once.
+        assert sorted(tokens) == sorted("slurmkit:" + a["token"] for a in attempts), jobs
+        restart = [j for j in jobs if j[1] == "slurmkit:" + attempts[1]["token"]]
+        assert len(restart) == 1 and attempts[1]["job_id"] == restart[0][0], (jobs, attempts)
+        assert attempts[0]["cause"] == "transient_exit"
+        print("\n%s: %d job(s) right after the crash, %s after recovery" % (point, len(after_crash), jobs))
+        # The restart runs to its end, and the daemon sees it complete.
+        user.ended(restart[0][0], timeout=120)
+        assert user.finish(timeout=60)["state"] == "completed"
+        assert "attempt 2" in user.output(restart[0][0])
+    finally:
+        user.cleanup()
+
+
+# --------------------------------------------------------------------------
+# a crash loop, under `slurmkit daemon run`
+# --------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def daemon_run(user, *args):
+    """`slurmkit daemon run` in the background; stopped with SIGTERM.  Yields (process, log path)."""
+    log = user.dir / "daemon.log"
+    with open(str(log), "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "slurmkit", "daemon", "run", *map(str, args)], env=user.env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_crash_loop_is_stopped_within_its_budget(devcluster, tmp_path):
+    user = User(tmp_path, "loop", "beta")
+    try:
+        # Fails at once, every time, with an exit code this job declares transient.
+        first = user.submit("-T", "single", "--gpus-per-node", 1, "-t", 2, "--transient-exit", 43,
+                            command=["bash", "-c", 'echo "attempt $SLURMKIT_ATTEMPT"; exit 43'])
+        with daemon_run(user, "--interval", 2, "--max-interval", 4) as (proc, log):
+            until("the daemon to restart the job", lambda: len(user.tracked()["attempts"]) >= 2, 60)
+            proc.send_signal(signal.SIGHUP)             # what systemctl reload sends: it keeps going
+            tracked = until("the crash loop to be stopped",
+                            lambda: (lambda t: t["state"] != "active" and t)(user.tracked()), 180)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0           # SIGTERM: a clean stop after the current step
+        text = log.read_text()
+        assert "site configs reloaded (SIGHUP)" in text and "slurmkit daemon stopped" in text, text
+        attempts = tracked["attempts"]
+        # The transient budget allows 3; the crash-loop rule stops it at the third quick failure.
+        assert tracked["state"] == "stopped" and "crash loop" in tracked["reason"], tracked
+        assert len(attempts) == 3 and all(a["exit_code"] == 43 and a["state"] == "FAILED" for a in attempts)
+        assert len(named_jobs("beta", user.name)) == 3
+        # The first restart at once, the second after the backoff (30 s).
+        assert attempts[1]["not_before"] - attempts[0]["updated"] < 5
+        assert attempts[2]["not_before"] - attempts[1]["updated"] >= 29
+        assert first["job_id"] == attempts[0]["job_id"]
+    finally:
+        user.cleanup()
+
+
+# --------------------------------------------------------------------------
+# the systemd units
+# --------------------------------------------------------------------------
+
+def unit(name):
+    """{key: [values]} of a unit file's [Service] and [Install] sections."""
+    keys = {}
+    for line in (ROOT / "systemd" / name).read_text().splitlines():
+        if line and not line.startswith(("#", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            keys.setdefault(key, []).append(value)
+    return keys
+
+
+@pytest.mark.parametrize("name,wanted_by", [("slurmkit-requeue.service", "default.target"),
+                                            ("slurmkit-requeue@.service", "multi-user.target")])
+def test_the_systemd_units_run_reload_and_stop_the_daemon(tmp_path, name, wanted_by):
+    keys = unit(name)
+    assert keys["Restart"] == ["on-failure"] and keys["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert keys["WantedBy"] == [wanted_by]
+    if name.endswith("@.service"):
+        assert keys["User"] == ["%i"]
+    program, *args = keys["ExecStart"][0].split()
+    assert program.endswith("/slurmkit") and args[:2] == ["daemon", "run"]
+    # What systemd would run, with this checkout's slurmkit: it starts, reloads on SIGHUP and
+    # stops cleanly (exit 0: no restart) on SIGTERM.
+    user = User(tmp_path, "unit", "alpha")
+    log = user.dir / "daemon.log"
+    with open(str(log), "w") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "slurmkit"), *args], env=user.env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        until("the daemon to start", lambda: "slurmkit daemon started" in log.read_text(), 30, interval=0.2)
+        proc.send_signal(signal.SIGHUP)
+        until("the reload", lambda: "site configs reloaded (SIGHUP)" in log.read_text(), 30, interval=0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    systemd_analyze = "/usr/bin/systemd-analyze"
+    if os.path.exists(systemd_analyze):
+        # The unit as systemd reads it, with a slurmkit that exists here.
+        text = (ROOT / "systemd" / name).read_text().replace(program, str(Path(sys.executable).parent / "slurmkit"))
+        copy = tmp_path / (name.replace("@.", "@%s." % os.environ.get("USER", "root")))
+        copy.write_text(text)
+        proc = subprocess.run([systemd_analyze, "verify", str(copy)], capture_output=True, text=True, timeout=60)
+        problems = [l for l in (proc.stdout + proc.stderr).splitlines() if copy.name in l]
+        assert not problems, proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------
+# the five failures: what their threads found
+# --------------------------------------------------------------------------
+
+@requires_torch
+def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenarios):
+    scenario = scenarios["node_fail"]
+    result = scenario.outcome()
+    check_restart(result, scenario.user, "node_fail", steps=60, world=2)
+    # Kept off the failed node: recorded, passed to Slurm, and where it ran.
+    assert result["victim"] in result["tracked"]["excluded"]
+    assert result["victim"] not in result["second_nodes"] and len(result["second_nodes"]) == 2
+    assert result["found"].step >= 20
+
+
+@requires_torch
+def test_preemption_restarts_from_the_latest_checkpoint(scenarios):
+    scenario = scenarios["preempt"]
+    result = scenario.outcome()
+    check_restart(result, scenario.user, "preempted", steps=60, world=2)
+    assert result["found"].step >= 20
+
+
+@requires_torch
+def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
+    scenario = scenarios["timeout"]
+    result = scenario.outcome()
+    user = scenario.user
+    first = result["final"]["attempts"][0]
+    # Slurm's USR1 reached both workers through the batch shell and torchrun: each saved at the
+    # same step, and the job said "saved, resume me" (75) instead of dying at the limit.
+    text = user.output(result["first"]["job_id"])
+    stops = re.findall(r"^stop rank=(\d) step=(\d+): SIGUSR1 \(saved step \d+\); exit 75", text, re.M)
+    assert sorted(r for r, _ in stops) == ["0", "1"] and len({s for _, s in stops}) == 1, text[-3000:]
+    assert result["first_state"] == "FAILED" and first["exit_code"] == 75, first
+    assert result["found"].step == int(stops[0][1])          # the checkpoint it wrote on USR1
+    assert "time limit with a newer checkpoint" in first["decision"]
+    check_restart(result, user, "timeout", steps=100, world=2)
+
+
+@requires_torch
+def test_transient_exit_code_restarts_from_the_latest_checkpoint(scenarios):
+    scenario = scenarios["transient"]
+    result = scenario.outcome()
+    first = result["final"]["attempts"][0]
+    assert result["first_state"] == "FAILED" and first["exit_code"] == TRANSIENT, first
+    assert "exit rank=0 step=30: --first-attempt-exit, status 42" in scenario.user.output(result["first"]["job_id"])
+    assert result["found"].step == 30
+    check_restart(result, scenario.user, "transient_exit", steps=60, world=1)
+
+
+@requires_torch
+def test_a_non_transient_exit_code_is_not_restarted(scenarios):
+    scenario = scenarios["other_exit"]
+    result = scenario.outcome()
+    user, tracked = scenario.user, result["tracked"]
+    assert result["first_state"] == "FAILED"
+    assert tracked["state"] == "stopped" and len(tracked["attempts"]) == 1, tracked
+    first = tracked["attempts"][0]
+    assert first["exit_code"] == 3 and first["cause"] == "failed"
+    assert "exit code 3" in tracked["reason"] and "not a transient failure" in tracked["reason"]
+    assert [s[0] for s in result["report"]["stopped"]] == [result["first"]["tracked_id"]]
+    assert result["again"]["restarted"] == [] and result["again"]["polled"] == {}
+    assert len(named_jobs(user.cluster, user.name)) == 1
+    assert "exit rank=0 step=30: --first-attempt-exit, status 3" in user.output(result["first"]["job_id"])
