@@ -119,10 +119,17 @@ def how_it_ended(job: dict) -> str:
 
 
 def wait_text(summary: dict) -> str:
-    """What ``wait`` prints when the job has ended: state and why, nodes, leaf switches, output file."""
+    """What ``wait`` prints when the job has ended: state and why, nodes, leaf switches, output file.
+
+    A missing output file is marked as such on its line (the warning after it says why): never a
+    bare path that sends the user to a file that is not there.
+    """
+    output = summary["stdout"] or "-"
+    if summary.get("output_note") and summary["stdout"]:
+        output += " (missing)"
     return "%s %s on %s under leaf switch(es) %s\noutput: %s" % (
         summary["id"], how_it_ended(summary), summary["nodelist"] or "-",
-        ", ".join(summary["leaf_switches"]) or "-", summary["stdout"] or "-")
+        ", ".join(summary["leaf_switches"]) or "-", output)
 
 
 def cluster_row(status) -> list:

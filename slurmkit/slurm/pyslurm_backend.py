@@ -392,8 +392,14 @@ def _dev_null(value: str) -> str:
     return "/dev/null" if value.lower() == "none" else value
 
 
+def _ascii_digits(value) -> bool:
+    """Digits as sbatch reads them: str.isdigit() and int() also take '٣' and '³', which sbatch refuses."""
+    text = str(value)
+    return text.isascii() and text.isdigit()
+
+
 def _positive_int(value: str) -> int:
-    if not str(value).isdigit() or int(value) < 1:
+    if not _ascii_digits(value) or int(value) < 1:
         raise _Unsupported(value)
     return int(value)
 
@@ -420,9 +426,9 @@ def submit_description(options: Iterable[Tuple[str, object]]) -> Optional[dict]:
             elif name == "partition":
                 kw["partitions"] = value
             elif name == "nodes":
-                if not re.match(r"^\d+(-\d+)?$", value):
-                    return None
-                kw["nodes"] = int(value) if value.isdigit() else value
+                if not re.fullmatch(r"[0-9]+(-[0-9]+)?", value, re.ASCII):
+                    return None   # sbatch decides (and refuses what it does not read)
+                kw["nodes"] = int(value) if _ascii_digits(value) else value
             elif name == "ntasks":
                 kw["ntasks"] = _positive_int(value)
             elif name == "ntasks-per-node":
@@ -504,7 +510,7 @@ def sbatch_option_environment(options: Iterable[Tuple[str, object]]) -> Dict[str
     for name, value in options:
         if name in _SBATCH_SETS and isinstance(value, str):
             # sbatch prints the counts with %d: "-c 04" arrives as 4
-            env[_SBATCH_SETS[name]] = str(int(value)) if value.isdigit() else value
+            env[_SBATCH_SETS[name]] = str(int(value)) if _ascii_digits(value) else value
     return env
 
 

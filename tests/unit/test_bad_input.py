@@ -428,6 +428,24 @@ def test_a_submitted_job_whose_id_cannot_be_printed_is_named_on_stderr(capsys, m
         assert code == 1 and "job alpha:4711 was submitted" in line and "No space left on device" in line
 
 
+@pytest.mark.parametrize("state,reason,exit_code,signal,expected", [
+    ("FAILED", "NonZeroExitCode", 3, None, "FAILED (exit code 3)"),
+    ("FAILED", "JobLaunchFailure", None, None, "FAILED (reason JobLaunchFailure)"),
+    ("NODE_FAIL", "NodeDown", None, None, "NODE_FAIL (reason NodeDown)"),
+    ("CANCELLED", "None", None, 15, "CANCELLED (signal 15)"),
+    ("TIMEOUT", "TimeLimit", None, 15, "TIMEOUT (signal 15, reason TimeLimit)"),
+])
+def test_wait_says_why_a_job_failed_and_marks_a_missing_output(state, reason, exit_code, signal, expected):
+    from slurmkit.cli import display
+
+    summary = {"id": "alpha:7", "state": state, "reason": reason, "exit_code": exit_code, "signal": signal,
+               "nodelist": "an1", "leaf_switches": ["leaf1"], "stdout": "/x/o-7.out",
+               "output_note": "output file /x/o-7.out does not exist"}
+    text = display.wait_text(summary)
+    assert text.startswith("alpha:7 %s on an1" % expected) and text.endswith("output: /x/o-7.out (missing)")
+    assert display.wait_text(dict(summary, output_note=None)).endswith("output: /x/o-7.out")
+
+
 # --------------------------------------------------------------------- bounded reads
 
 def _timed_validate(path):
