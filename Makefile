@@ -71,6 +71,7 @@ bench: venv compile cluster-up
 	$(PY) bench/bench_submit.py
 	$(PY) bench/bench_federation.py
 	$(PY) bench/bench_health.py
+	$(PY) bench/bench_requeue.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
