@@ -25,6 +25,7 @@ COMMANDS = {
     "health": "slurmkit.cli.health_commands:health",
     "daemon": "slurmkit.cli.requeue_commands:daemon",
     "jobs": "slurmkit.cli.requeue_commands:jobs",
+    "sweep": "slurmkit.cli.sweep_commands:sweep",
 }
 
 

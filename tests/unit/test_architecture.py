@@ -82,13 +82,20 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
 
 
 @pytest.mark.parametrize("part,forbidden", [
-    ("slurm", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health")),
-    ("remote", ("script", "federation", "cli", "jobs", "session", "requeue", "health")),
+    ("slurm", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
+    ("remote", ("script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("site", ("slurm.backend", "slurm.runner", "remote", "script", "federation", "cli", "jobs", "session",
-              "requeue", "health")),
-    ("script", ("remote", "federation", "cli", "jobs", "session", "requeue", "health")),
-    ("jobs", ("federation", "cli", "requeue", "health")),
-    ("federation", ("cli", "requeue", "health")),
+              "requeue", "health", "sweep")),
+    ("script", ("remote", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
+    ("jobs", ("federation", "cli", "requeue", "health", "sweep")),
+    ("federation", ("cli", "requeue", "health", "sweep")),
+    # sweep sits on jobs, federation, script, slurm and requeue (its state directory, spec helpers)
+    ("requeue", ("cli", "sweep")),
+    ("health", ("cli", "sweep")),
+    ("session", ("sweep",)),
+    ("results", ("sweep",)),
+    ("testing", ("sweep",)),
+    ("sweep", ("cli", "health")),
 ])
 def test_no_import_runs_up_the_layers(part, forbidden):
     offenders = []

@@ -1,0 +1,19 @@
+"""Sweeps: a whole hyper-parameter grid submitted as Slurm job arrays, followed and rerun as a set.
+
+``slurmkit submit --sweep lr=1e-3,3e-4 --sweep seed=0..4 -- python train.py --lr {lr} --seed {seed}``
+turns the grid (or the rows of a ``--sweep-file``) into *points*, places them
+on one cluster or several, and submits one job array per chunk of points
+that fits the cluster's ``MaxArraySize``/``max_array_tasks``.  The parts:
+
+- ``points``:   the grid, points files, each point's stable id, placeholders (pure);
+- ``arrays``:   array limits, chunking, ``--array`` specs, throttle and cluster shares (pure);
+- ``script``:   one array's job script: the rendered job plus its points table and prologue (pure);
+- ``slurmio``:  the Slurm calls sweeps add (per-task squeue/sacct, requeue of tasks,
+                throttle updates): argv builders and parsers (pure);
+- ``journal``:  the sweep journal (SQLite, WAL) under the user's state directory;
+- ``core``:     submit, status, rerun, cancel and throttle: the library's entry points;
+- ``testing``:  a FakeSlurm that runs job arrays, for unit tests.
+
+Layering: this package may import jobs, federation, script, slurm and
+requeue; nothing below it imports it.
+"""

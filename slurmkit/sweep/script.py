@@ -1,0 +1,208 @@
+"""One array's job script: the job slurmkit renders anyway, plus its points table and a prologue (pure).
+
+The job is rendered as usual (template, fabric, topology, ``--comment``
+token) with each command word that holds a placeholder replaced by a
+sentinel; here the sentinels become ``"${slurmkit_sweep_words[K]}"``, and
+two things are added:
+
+- ``#SBATCH --array=...`` (and ``--dependency``/``--hold`` when asked) after
+  the last directive, so sbatch reads them with the others;
+- right after the directives, before the site's setup can fail, a prologue
+  that finds the task's row by ``SLURM_ARRAY_TASK_ID`` in the points table
+  (a ``case`` in the script, or one file next to it when the table is too
+  large for a script), exports the point's values, sends the task's output
+  to the point's own files, and for a canary array runs the task as a
+  child to act on its exit status.
+
+Every value is shell-quoted (``shlex.quote``) where it is written; bash
+never evaluates a value, it only assigns it.
+"""
+
+import hashlib
+import re
+import shlex
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from slurmkit.errors import ConfigError, UsageError
+from slurmkit.sweep.points import Point, env_name
+
+# A table larger than this goes into a file next to the script: Slurm keeps every
+# array's script in slurmctld's memory and refuses one above max_script_size (4 MB).
+INLINE_TABLE_LIMIT = 1 << 20
+_BASH_RE = re.compile(r"#!\s*(?:/usr)?/bin/(?:env\s+)?bash(?:\s|$)")
+
+
+class Row(NamedTuple):
+    index: int
+    point: Point
+    words: Tuple[str, ...]      # the command's placeholder words, as this point runs them
+
+
+class Canary(NamedTuple):
+    """A canary array: started at throttle 1 (see the module docstring of slurmkit.sweep.core)."""
+
+    failures: int               # K: hold the rest after K failures with one exit status and no success
+    widen_to: int               # the throttle after the first success (0: none)
+    key: str                    # the directory of its markers, under <sweep dir>/canary/
+
+
+def tag_of(command: Sequence[str]) -> str:
+    """8 hex digits naming the command: sentinels stay the same between renders (the render cache)."""
+    return hashlib.sha256("\0".join(command).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def sentinel_command(command: Sequence[str], used: Sequence[int]) -> Tuple[Tuple[str, ...], List[str]]:
+    """The command with each placeholder word (by index) replaced by a sentinel; (command, sentinels)."""
+    tag = tag_of(command)
+    words = list(command)
+    marks = []
+    for k, i in enumerate(sorted(used)):
+        mark = "SLURMKIT_SWEEP_WORD_%d_%s" % (k, tag)
+        words[i] = mark
+        marks.append(mark)
+    return tuple(words), marks
+
+
+def table_function(rows: Sequence[Row], names: Sequence[str]) -> str:
+    """``slurmkit_sweep_row INDEX``: sets the point id and its words, exports its values; 1 without a row."""
+    lines = ["slurmkit_sweep_row() {", "    case $1 in"]
+    for row in rows:
+        values = row.point.mapping
+        exports = " ".join("%s=%s" % (env_name(n), shlex.quote(values[n])) for n in names if n in values)
+        words = " ".join(shlex.quote(w) for w in row.words)
+        lines.append("    %d) slurmkit_sweep_point=%s; export %s; slurmkit_sweep_words=(%s);;"
+                     % (row.index, row.point.id, exports, words))
+    lines += ["    *) return 1;;", "    esac", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def table_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tuple[str, str]],
+              canary: Optional[Canary]) -> str:
+    q = shlex.quote
+    out = ["# slurmkit sweep %s: each task runs the point of its SLURM_ARRAY_TASK_ID in the points table, with"
+           % sweep_id,
+           "# the values exported as SLURMKIT_SWEEP_<NAME> and its output in its own directory.",
+           "# (--array is set above; this table is the array's, so a rerun keeps every point's index.)"]
+    if table_file is None:
+        out.append(table.rstrip("\n"))
+    else:
+        path, digest = table_file
+        out += ["# The table is too large for a job script: it is the file below, checked before it is read.",
+                "slurmkit_sweep_table=%s" % q(path),
+                "if ! printf '%%s  %%s\\n' %s \"$slurmkit_sweep_table\" | sha256sum --check --status 2>/dev/null; then"
+                % digest,
+                "    echo \"slurmkit: error: the points table $slurmkit_sweep_table is missing or changed\" >&2",
+                "    exit 1",
+                "fi",
+                ". \"$slurmkit_sweep_table\""]
+    out += [
+        'if ! slurmkit_sweep_row "${SLURM_ARRAY_TASK_ID:-}"; then',
+        '    echo "slurmkit: error: task ${SLURM_ARRAY_TASK_ID:-(not an array task)} has no row in the points '
+        'table of sweep %s" >&2' % sweep_id,
+        "    exit 1",
+        "fi",
+        "SLURMKIT_SWEEP_DIR=%s" % q(sweep_dir),
+        '[[ $SLURMKIT_SWEEP_DIR == /* ]] || SLURMKIT_SWEEP_DIR=$PWD/$SLURMKIT_SWEEP_DIR',
+        "export SLURMKIT_SWEEP_ID=%s SLURMKIT_SWEEP_DIR SLURMKIT_SWEEP_POINT=$slurmkit_sweep_point" % q(sweep_id),
+        "export SLURMKIT_SWEEP_POINT_DIR=$SLURMKIT_SWEEP_DIR/points/$slurmkit_sweep_point",
+        "export SLURMKIT_CHECKPOINT_DIR=$SLURMKIT_SWEEP_POINT_DIR/checkpoint",
+        "if [[ ${SLURMKIT_SWEEP_STAGE:-} != task ]]; then",
+        '    if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
+        '        echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
+        "        exit 1",
+        "    fi",
+        "    # Every attempt of the point appends to its own two files, after a line that names the attempt.",
+        '    exec >>"$SLURMKIT_SWEEP_POINT_DIR/output.log" 2>>"$SLURMKIT_SWEEP_POINT_DIR/error.log"',
+        '    slurmkit_sweep_attempt="== slurmkit sweep $SLURMKIT_SWEEP_ID point $SLURMKIT_SWEEP_POINT: task '
+        '${SLURM_ARRAY_JOB_ID:-}_${SLURM_ARRAY_TASK_ID} (job ${SLURM_JOB_ID:-}, restart ${SLURM_RESTART_COUNT:-0}) '
+        'on ${SLURMD_NODENAME:-$HOSTNAME} at $(date -u +%Y-%m-%dT%H:%M:%SZ) =="',
+        '    printf \'%s\\n\' "$slurmkit_sweep_attempt"',
+        '    printf \'%s\\n\' "$slurmkit_sweep_attempt" >&2',
+    ]
+    if canary is not None:
+        out += _canary_lines(sweep_id, canary)
+    out.append("fi")
+    return "\n".join(out) + "\n"
+
+
+def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
+    q = shlex.quote
+    k = int(canary.failures)
+    stopped = ("the first %d tasks failed with exit status $rc and none passed; the rest are held: fix the cause, "
+               "then 'slurmkit sweep rerun %s'" % (k, sweep_id))
+    return [
+        "    # Canary: the array started one task at a time.  The task runs as a child of this shell, which",
+        "    # then widens the throttle on the first success (and releases this submission's other arrays on",
+        "    # this cluster), or holds the rest once the first %d failures share one exit status." % k,
+        "    slurmkit_sweep_canary() {",
+        "        local dir=$SLURMKIT_SWEEP_DIR/canary/%s rc=$1 first" % q(canary.key),
+        '        mkdir -p -- "$dir" || return 0',
+        '        [[ -e $dir/passed || -e $dir/stopped ]] && return 0',
+        "        if (( rc == 0 )); then",
+        '            : >"$dir/passed"',
+        '            echo "slurmkit: canary task ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID passed: the array now '
+        'runs %s" >&2' % ("up to %d tasks at a time" % canary.widen_to if canary.widen_to else "without a limit"),
+        '            scontrol update JobId="$SLURM_ARRAY_JOB_ID" ArrayTaskThrottle=%d >/dev/null 2>&1 || true' % canary.widen_to,
+        '            if [[ -s $dir/held ]]; then scontrol release "$(<"$dir/held")" >/dev/null 2>&1 || true; fi',
+        "            return 0",
+        "        fi",
+        '        echo "$rc" >>"$dir/failures"',
+        '        first=$(head -n %d -- "$dir/failures" | sort -u)' % k,
+        '        if (( $(wc -l <"$dir/failures") >= %d )) && [[ $first != *$\'\\n\'* ]]; then' % k,
+        '            echo "%s" >"$dir/stopped"' % stopped,
+        '            scontrol hold "$SLURM_ARRAY_JOB_ID" >/dev/null 2>&1 || true',
+        '            echo "slurmkit: canary: $(<"$dir/stopped")" >&2',
+        "        fi",
+        "    }",
+        '    SLURMKIT_SWEEP_STAGE=task bash "$0" "$@" &',
+        "    slurmkit_sweep_child=$!",
+        "    trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM INT",
+        "    trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
+        "    # wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
+        "    while :; do",
+        "        slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
+        '        wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
+        "        (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
+        "    done",
+        '    slurmkit_sweep_canary "$slurmkit_sweep_rc"',
+        '    exit "$slurmkit_sweep_rc"',
+    ]
+
+
+def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, rows: Sequence[Row], names: Sequence[str],
+                 sentinels: Sequence[str], array: str, extra_directives: Sequence[str] = (),
+                 table_file: Optional[Tuple[str, str]] = None, canary: Optional[Canary] = None,
+                 template: str = "") -> str:
+    """The array's script from the job's rendered script (see the module docstring).
+
+    ``table_file`` is (path, sha256) of the table written next to the script;
+    without it the table goes inline.  ``array`` is the ``--array`` value.
+    """
+    lines = rendered.split("\n")
+    if not _BASH_RE.match(lines[0]):
+        raise ConfigError("template %s does not start with a bash #! line (%r); a sweep's tasks need bash to find "
+                          "their point" % (template or "?", lines[0][:60]))
+    first_command = next((i for i in range(1, len(lines)) if lines[i].strip() and not lines[i].lstrip().startswith("#")),
+                         len(lines))
+    last_directive = max((i for i in range(1, first_command) if lines[i].startswith("#SBATCH ")), default=None)
+    if last_directive is None:
+        raise ConfigError("template %s has no #SBATCH lines" % (template or "?"))
+    body = "\n".join(lines[first_command:])
+    for k, mark in enumerate(sentinels):
+        body, count = re.subn(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(mark),
+                              '"${slurmkit_sweep_words[%d]}"' % k, body)
+        if not count:
+            raise UsageError("template %s does not print the command where a sweep can put each point's values; "
+                             "use a built-in template (single, srun, torchrun)" % (template or "?"))
+    directives = ["#SBATCH --array=%s" % array] + ["#SBATCH %s" % d for d in extra_directives]
+    table = table_function(rows, names) if table_file is None else ""
+    head = lines[:last_directive + 1] + directives + lines[last_directive + 1:first_command]
+    return "\n".join(head) + "\n" + _prologue(sweep_id, sweep_dir, table, table_file, canary) + body
+
+
+def table_size(rows: Sequence[Row], names: Sequence[str]) -> int:
+    return len(table_function(rows, names).encode("utf-8"))

@@ -1,0 +1,158 @@
+"""The Slurm calls sweeps add, submitit-style: pure argv builders and pure parsers.
+
+They run through the cluster backend's one runner (locally or on the login
+node over SSH), like every other Slurm command of slurmkit:
+
+- :func:`squeue_tasks`: every task of many arrays in one ``squeue --array``
+  (one line per task, pending ones too, with its raw exit status);
+- :func:`sacct_tasks`: the same from accounting, for tasks the controller
+  has forgotten (past ``MinJobAge``);
+- :func:`update_jobs`: ``scontrol update JobId=A_1,A_7 StartTime=now`` (after
+  a requeue, which would otherwise wait Slurm's two minutes) and
+  ``ArrayTaskThrottle=N``;
+- files next to a sweep on a cluster reached over SSH (the points table of
+  a large array, the directories Slurm writes into, error output tails).
+"""
+
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
+
+from slurmkit.slurm import parsers
+
+_DELIMITER = "\x1f"     # ASCII unit separator: never in a state, reason, node list or slurmkit's comment
+# squeue --Format fields, each followed by the delimiter (``name:SUFFIX``: no padding, no truncation).
+SQUEUE_FIELDS = ("ArrayJobID", "ArrayTaskID", "JobID", "State", "Reason", "exit_code", "NodeList", "RestartCnt",
+                 "Comment")
+SACCT_FIELDS = ("JobID", "JobIDRaw", "State", "ExitCode", "NodeList")
+
+
+class TaskInfo(NamedTuple):
+    """One array task as Slurm reports it."""
+
+    array_job_id: str       # the array's id (what sbatch printed)
+    index: int              # SLURM_ARRAY_TASK_ID
+    job_id: str             # the task's own job id (the array's id while it is pending as part of it)
+    state: str
+    reason: str = ""
+    exit_code: Optional[int] = None     # see slurmkit.slurm.types.JobInfo: at most one of the two is set
+    signal: Optional[int] = None
+    nodes: str = ""
+    restarts: int = 0
+    comment: str = ""
+
+    @property
+    def key(self):
+        return (self.array_job_id, self.index)
+
+
+def squeue_tasks(array_ids: Iterable[str] = (), user: Optional[str] = None) -> List[str]:
+    """Every task of these arrays (or of ``user``'s jobs), one line each, finished ones too (until MinJobAge)."""
+    argv = ["squeue", "--array", "--noheader", "--states=all"]
+    ids = list(array_ids)
+    if ids:
+        argv.append("--jobs=" + ",".join(ids))
+    if user:
+        argv.append("--user=" + user)
+    if not ids and not user:
+        raise ValueError("squeue_tasks needs array ids or a user")
+    return argv + ["--Format=" + ",".join("%s:%s" % (f, _DELIMITER) for f in SQUEUE_FIELDS)]
+
+
+def parse_squeue_tasks(text: str) -> List[TaskInfo]:
+    tasks = []
+    for line in text.splitlines():
+        fields = line.split(_DELIMITER)
+        if len(fields) < len(SQUEUE_FIELDS):
+            continue
+        array_id, index, job_id, state, reason, status, nodes, restarts, comment = fields[:len(SQUEUE_FIELDS)]
+        if not index.strip().isdigit():
+            continue       # not an array task (squeue prints N/A)
+        nodes = "" if nodes.strip() in ("", "(null)") else nodes.strip()
+        code, signal = parsers.ended_exit(state.strip(), bool(nodes), int(status) if status.strip().isdigit() else None)
+        tasks.append(TaskInfo(array_id.strip(), int(index), job_id.strip(), state.strip(),
+                              "" if reason.strip() in ("None", "(null)") else reason.strip(), code, signal, nodes,
+                              int(restarts) if restarts.strip().isdigit() else 0,
+                              "" if comment == "(null)" else comment))
+    return tasks
+
+
+def sacct_tasks(array_ids: Iterable[str]) -> List[str]:
+    """The tasks of these arrays from accounting, with their ``.batch`` steps (see parse_sacct_tasks)."""
+    return ["sacct", "--noheader", "--parsable2", "--jobs=" + ",".join(array_ids),
+            "--format=" + ",".join(SACCT_FIELDS)]
+
+
+def parse_sacct_tasks(text: str) -> List[TaskInfo]:
+    """``A_I`` rows (and ``A_[0-9,20]`` for tasks still pending together) as tasks.
+
+    A task cancelled while running reads 0:0 in its own row for a while,
+    where its ``.batch`` step already has the 0:15 the controller reported:
+    the step's exit wins, as in :func:`slurmkit.slurm.parsers.parse_sacct`.
+    """
+    from slurmkit.sweep.arrays import parse_indices
+
+    rows, batch_exit = [], {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != len(SACCT_FIELDS):
+            continue
+        job, _, step = fields[0].partition(".")
+        if step == "batch":
+            batch_exit[job] = fields[3]
+        elif not step and "_" in job:
+            rows.append(fields)
+    tasks = []
+    for job, raw, state, exit_text, nodes in rows:
+        array_id, _, index = job.partition("_")
+        state = state.split()[0] if state else "UNKNOWN"
+        nodes = "" if nodes == "None assigned" else nodes
+        try:
+            code, signal = parsers.ended_exit(state, bool(nodes), batch_exit.get(job, exit_text))
+        except ValueError:
+            code, signal = None, None
+        indices = parse_indices(index) if index.startswith("[") else [int(index)] if index.isdigit() else []
+        for i in indices:
+            tasks.append(TaskInfo(array_id, i, raw if len(indices) == 1 else array_id, state, "", code, signal, nodes))
+    return tasks
+
+
+def task_ids(tasks: Iterable[TaskInfo]) -> List[str]:
+    """``A_I`` names of tasks, as scontrol takes them."""
+    return ["%s_%d" % (t.array_job_id, t.index) for t in tasks]
+
+
+def update_jobs(job_ids: Sequence[str], **fields) -> List[str]:
+    """``scontrol update JobId=ID[,ID...] Key=Value ...`` (one RPC per id, one process for all)."""
+    if not job_ids:
+        raise ValueError("no job ids given")
+    return ["scontrol", "update", "JobId=" + ",".join(job_ids)] + ["%s=%s" % kv for kv in sorted(fields.items())]
+
+
+# Writes standard input to "$1" atomically (a temporary file, then a rename), creating its directory.
+_PUT_SCRIPT = 'set -e; umask 077; mkdir -p -- "$(dirname -- "$1")"; cat > "$1.tmp.$$"; mv -f -- "$1.tmp.$$" "$1"'
+
+
+def put_file(path: str) -> List[str]:
+    """Write standard input to ``path`` (on the machine the runner runs on)."""
+    return ["sh", "-c", _PUT_SCRIPT, "slurmkit-put", path]
+
+
+def make_dirs(paths: Iterable[str]) -> List[str]:
+    return ["mkdir", "-p", "--"] + list(paths)
+
+
+# Each file's last bytes after a record separator (\036) and its name and a unit separator (\037).
+_TAILS_SCRIPT = ('n=$1; shift; for f; do printf "\\036%s\\037" "$f"; '
+                 'tail -c "$n" -- "$f" 2>/dev/null || true; done')
+
+
+def tails(paths: Sequence[str], size: int) -> List[str]:
+    """The last ``size`` bytes of each file, in one process (see parse_tails)."""
+    return ["sh", "-c", _TAILS_SCRIPT, "slurmkit-tails", str(int(size))] + list(paths)
+
+
+def parse_tails(text: str) -> Dict[str, str]:
+    out = {}
+    for record in text.split("\x1e")[1:]:
+        path, _, body = record.partition("\x1f")
+        out[path] = body
+    return out
