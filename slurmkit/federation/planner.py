@@ -35,7 +35,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
-from slurmkit.jobs import JobRef, Submission, check_output_place, new_token, prepare, submit_once
+from slurmkit.jobs import (JobRef, Submission, check_output_place, job_with_token, new_token, prepare, submit_once,
+                           token_lock)
 from slurmkit.results import GroupError, GroupResult, each
 from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
@@ -260,6 +261,45 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
     caller_token = spec.token is not None
     token = spec.token or new_token()
     spec = spec._replace(token=token)
+    if caller_token and not dry_run:
+        # The caller's token may already have a job on *any* of the clusters (a rerun after a lost answer,
+        # when today's best cluster is another one; a twin command started at the same moment): look on
+        # every one first, under a lock that keeps this machine's submissions of the token apart.
+        with token_lock(FEDERATION_LOCK, token):
+            existing = _existing_anywhere(session, token, clusters)
+            if existing is not None:
+                return existing
+            return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token)
+    return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token, dry_run)
+
+
+# The key of the lock around a federated submission's look-everywhere-then-submit: not a
+# cluster name (those start with a letter or digit), so it never meets a per-cluster lock.
+FEDERATION_LOCK = "_federation"
+
+
+def _existing_anywhere(session: Session, token: str, clusters: Optional[Sequence[str]]) -> Optional[Placement]:
+    """A placement reporting the job that carries ``token`` on any reachable cluster, or None.
+
+    A cluster that cannot be asked is passed over: it cannot be told apart
+    from one without the job, and refusing to submit anywhere while one
+    cluster is down would defeat failing over.
+    """
+    names = list(clusters) if clusters else list(session.site.clusters)
+    found = each(names, lambda name: job_with_token(session.backend(name), token))
+    for name in names:
+        job = found[name]
+        if job is not None and not isinstance(job, SlurmkitError):
+            rendered = RenderedJob(script="", warnings=("a job with token %s exists already: %s:%s; nothing was "
+                                                        "submitted" % (token, name, job.job_id),),
+                                   template="", cluster=name, partition=job.partition, switches=None)
+            return Placement(Submission(JobRef(name, job.job_id), rendered, token, existed=True), ())
+    return None
+
+
+def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token,
+                     dry_run=False) -> Placement:
+    token = spec.token
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
     if dry_run:
         return Placement(None, tuple(candidates))

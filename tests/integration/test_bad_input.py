@@ -71,6 +71,24 @@ def test_twenty_parallel_submits_with_one_token_make_exactly_one_job(devcluster,
         cancel("alpha", *created)
 
 
+def test_parallel_federated_submits_with_one_token_make_one_job_on_one_cluster(devcluster, tmp_path):
+    token = unique_token("fed")
+    args = ["submit", "--json", "--cluster", "alpha,beta", "-N", "1", "--gpus-per-node", "1", "-T", "single",
+            "-t", "2", "-o", str(tmp_path / "o-%j"), "--token", token, "--", "sleep", "60"]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        procs = list(pool.map(lambda _: slurmkit(*args, timeout=240), range(8)))
+    created = {c: jobs_with_token(c, token) for c in ("alpha", "beta")}
+    try:
+        assert sum(len(ids) for ids in created.values()) == 1, created
+        (cluster, ids), = [(c, ids) for c, ids in created.items() if ids]
+        for proc in procs:
+            assert proc.returncode == 0, proc.stderr
+        assert {json.loads(p.stdout)["id"] for p in procs} == {"%s:%s" % (cluster, ids[0])}
+    finally:
+        for c, ids in created.items():
+            cancel(c, *ids)
+
+
 # --------------------------------------------------------------------- bounded reads, through the CLI
 
 def _merge_bomb():

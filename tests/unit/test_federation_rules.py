@@ -174,8 +174,29 @@ def test_with_the_callers_token_a_lost_answer_is_found_by_the_next_look(tmp_path
     fakes["alpha"].fail_next("submit", lost())
     placement = planner.submit_best(session, FED_SPEC._replace(token="t-2"), cooldown=cooldown, sleep=clock.sleep)
     assert placement.submission.ref == planner.JobRef("alpha", "1000") and placement.submission.existed
-    assert fakes["alpha"].methods_called() == ["estimate_start", "find_by_token", "submit", "find_by_token"]
+    # A look on every cluster first, then the plan, then the look-and-submit of the chosen one.
+    assert fakes["alpha"].methods_called() == ["find_by_token", "estimate_start", "find_by_token", "submit",
+                                               "find_by_token"]
     assert list(fakes["alpha"].table) == ["1000"] and "submit" not in fakes["beta"].methods_called()
+
+
+def test_a_rerun_with_the_callers_token_finds_its_job_on_another_cluster(tmp_path):
+    # Yesterday the job went to beta; today alpha would start it first. The token is looked for everywhere.
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    earlier = fakes["beta"].add_job(state="RUNNING", comment="slurmkit:t-3")
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-3"), cooldown=cooldown, sleep=clock.sleep)
+    assert placement.submission.ref == planner.JobRef("beta", earlier) and placement.submission.existed
+    assert "submit" not in fakes["alpha"].methods_called() + fakes["beta"].methods_called()
+    assert "estimate_start" not in fakes["alpha"].methods_called()      # nothing planned: nothing to place
+    assert "exists already" in placement.submission.rendered.warnings[0]
+
+
+def test_a_cluster_that_cannot_be_asked_for_the_token_does_not_stop_the_submission(tmp_path):
+    fakes, session, cooldown, clock = _federation(tmp_path)
+    fakes["beta"].fail_next("find_by_token", RemoteError("beta: Connection refused"))
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-4"), cooldown=cooldown, sleep=clock.sleep)
+    assert placement.submission is not None and not placement.submission.existed
+    assert sum(len(f.table) for f in fakes.values()) == 1
 
 
 def test_an_error_that_proves_nothing_ran_fails_over(tmp_path):
