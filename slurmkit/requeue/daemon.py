@@ -96,6 +96,7 @@ class Daemon:
         self.interval = min_interval
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
+        self._wake = threading.Event()      # ends the wait between cycles: SIGTERM, or SIGHUP's reload
         self._cluster_backoff: Dict[Tuple[str, str], Tuple[float, int]] = {}   # (site, cluster) -> (until, fails)
 
     # -- the loop ---------------------------------------------------------------
@@ -116,14 +117,26 @@ class Daemon:
         log.info("slurmkit daemon stopped")
 
     def _wait(self, seconds: float) -> None:
-        self.stop_requested.wait(seconds)
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def request_stop(self, *_) -> None:
+        """SIGTERM/SIGINT: stop after the current cycle (at once when waiting between cycles)."""
+        self.stop_requested.set()
+        self._wake.set()
+
+    def request_reload(self, *_) -> None:
+        """SIGHUP: read the site configs again before the next cycle, which starts now: an
+        admin who reloads expects the new settings to apply, not to wait out the interval."""
+        self.reload_requested.set()
+        self._wake.set()
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_requested.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop_requested.set())
-        signal.signal(signal.SIGHUP, lambda *_: self.reload_requested.set())
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self.request_reload)
 
     def next_interval(self, report: CycleReport) -> float:
         """Fast right after a change or near a job's time limit, slower while nothing happens."""
@@ -204,7 +217,14 @@ class Daemon:
         done = [(t, t.current) for t in active if t.current is not None and t.current.phase == "finished"]
         unusable_by_cluster: Dict[Tuple[str, str], set] = {}
         for tracked, attempt in done:
-            found = self.latest_checkpoint(tracked.checkpoint_dir)
+            try:
+                found = self.latest_checkpoint(tracked.checkpoint_dir)
+            except OSError as exc:
+                # An unreadable checkpoint directory (permissions, a stale NFS handle) must not
+                # stop the daemon, and every other job with it: this one is decided next cycle.
+                report.errors.append("job %d attempt %d: cannot read its checkpoint directory %s (%s); deciding "
+                                     "next cycle" % (tracked.id, attempt.number, tracked.checkpoint_dir, exc))
+                continue
             for path, why in found.skipped:
                 self.journal.event(tracked.id, "attempt %d: skipped checkpoint %s: %s" % (attempt.number, path, why))
             latest_step = found.step

@@ -224,3 +224,47 @@ def test_interval_adapts(world):
     assert d.next_interval(CycleReport(changed=True)) == d.min_interval
     near = CycleReport(next_end=world.clock.time() + 12)
     assert d.next_interval(near) == 12
+
+
+def test_an_unreadable_checkpoint_directory_holds_that_job_only(world, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    tid, job = world.track()
+    other = world.journal.track(name="other", site="fake", cluster="alpha", partition="gpu",
+                                spec={"command": ["python", "train.py"]}, checkpoint_dir=str(broken))
+    aid = world.journal.begin_attempt(other, 1, "tok-other", "alpha")
+    other_job = world.alpha.submit(SCRIPT % "tok-other")
+    world.journal.submitted(aid, other_job)
+    readable = world.daemon.latest_checkpoint
+    failing = {str(broken)}
+
+    def latest(directory):
+        if directory in failing:
+            raise PermissionError(13, "Permission denied", directory)
+        return readable(directory)
+
+    world.daemon.latest_checkpoint = latest
+    world.alpha.finish(job, "NODE_FAIL")
+    world.alpha.finish(other_job, "NODE_FAIL")
+    report = world.daemon.cycle()                 # does not raise
+    assert [s[2] for s in world.submitted] == [2]                  # the readable job was restarted
+    assert world.job(tid).current.number == 2
+    assert world.job(other).current.phase == "finished"           # the other waits, still tracked
+    assert any("cannot read its checkpoint directory %s" % broken in e for e in report.errors)
+    failing.clear()                                                # readable again: decided now
+    world.daemon.cycle()
+    assert world.job(other).current.number == 2 and len(world.submitted) == 2
+
+
+def test_sighup_and_sigterm_end_the_wait_between_cycles(world):
+    import threading
+    import time
+
+    for request in (world.daemon.request_reload, world.daemon.request_stop):
+        waiter = threading.Thread(target=world.daemon._wait, args=(60,))
+        started = time.monotonic()
+        waiter.start()
+        request()
+        waiter.join(5)
+        assert not waiter.is_alive() and time.monotonic() - started < 5
+    assert world.daemon.reload_requested.is_set() and world.daemon.stop_requested.is_set()
