@@ -6,7 +6,8 @@ Thin commands over :mod:`slurmkit.federation.survey` and :mod:`slurmkit.cli.disp
 
 import click
 
-from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
+from slurmkit.cli.options import (CONTEXT, cluster_option, json_option, pass_session, print_json, site_option,
+                                  text_value)
 
 
 @click.command("clusters", context_settings=CONTEXT)
@@ -75,7 +76,8 @@ def trust_command(session, yes, cluster):
 @click.command(context_settings=CONTEXT)
 @site_option
 @cluster_option
-@click.option("--partition", "-p", metavar="NAME", help="Count only this partition's accelerators.")
+@click.option("--partition", "-p", metavar="NAME", callback=text_value,
+              help="Count only this partition's accelerators.")
 @pass_session
 def topology(session, cluster, partition):
     """Draw the cluster's switch tree with each node's state and free GPUs.
