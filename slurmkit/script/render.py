@@ -283,13 +283,15 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
                                  % (spec.procs_per_node, where, partition.cpus_per_node))
     asked = times.parse_minutes(time)
     limit = times.parse_minutes(partition.max_time) if partition.max_time else None
+    # Where the time came from, for the message: the option, or the site's default.
+    said = "--time=%s" % time if spec.time else "the site's default time %s (defaults.time)" % time
     if limit is not None and times.is_zero(time):
         # sbatch reads 0 as "no limit": the job would pend forever against the partition's.
-        raise JobDoesNotFitError("the job asks for --time=%s, which Slurm reads as no time limit, but the time "
-                                 "limit of %s is %s; give a time up to that" % (time, where, partition.max_time))
+        raise JobDoesNotFitError("the job asks for %s, which Slurm reads as no time limit, but the time limit of "
+                                 "%s is %s; give a time up to that" % (said, where, partition.max_time))
     if limit is not None and (asked is None or asked > limit):
-        raise JobDoesNotFitError("the job asks for --time=%s but the time limit of %s is %s"
-                                 % (time, where, partition.max_time))
+        raise JobDoesNotFitError("the job asks for %s but the time limit of %s is %s"
+                                 % (said, where, partition.max_time))
 
 
 def gres_name(partition: Partition) -> str:

@@ -269,6 +269,14 @@ def test_time_zero_is_no_limit_to_slurm_said_as_such(zero):
         _render(CPU._replace(time=zero, gpus_per_node=1), partition="gpu")   # gpu: 24:00:00 limit
 
 
+def test_a_site_default_time_that_does_not_fit_is_named_as_the_sites():
+    site = _local_site()
+    site = site._replace(defaults=site.defaults._replace(time="0"))
+    cluster = site.cluster("alpha")
+    with pytest.raises(UsageError, match=r"the site's default time 0 \(defaults.time\), which Slurm reads as no"):
+        rendering.render(site, cluster, site.partition(cluster, "gpu"), CPU._replace(gpus_per_node=1))
+
+
 @pytest.mark.parametrize("switches", [1, 2, 7])
 def test_switches_without_heavy_are_refused_not_dropped(switches):
     with pytest.raises(UsageError, match="applies to --comm heavy only"):
