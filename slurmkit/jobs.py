@@ -106,11 +106,13 @@ def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
     backend = session.backend(rendered.cluster)
     # The caller may be retrying (or running the same command twice at once):
     # never create a second job for the same token.
-    job_id, existed = submit_once(backend, rendered.cluster, rendered.script, token, look_first=caller_token)
+    job_id, existed = submit_once(backend, rendered.cluster, rendered.script, token, look_first=caller_token,
+                                  user=account_on(session.site.cluster(rendered.cluster)) if caller_token else None)
     return Submission(JobRef(rendered.cluster, job_id), rendered, token, existed=existed)
 
 
-def submit_once(backend, cluster: str, script: str, token: str, look_first: bool = True) -> Tuple[str, bool]:
+def submit_once(backend, cluster: str, script: str, token: str, look_first: bool = True,
+                user: Optional[str] = None) -> Tuple[str, bool]:
     """Submit ``script`` unless a job with ``token`` exists; (job id, whether it existed).
 
     The look for the token and the sbatch are one critical section, however
@@ -119,16 +121,18 @@ def submit_once(backend, cluster: str, script: str, token: str, look_first: bool
     cluster used from here, :func:`token_lock` does, so twenty processes
     submitting one token at once make one job and report it nineteen times.
     A fresh token (``look_first`` False) cannot have a job yet: no lock, no look.
+    Only ``user``'s jobs count (as in the wrapper): another user's job with
+    a guessed token must not stand in for this one.
     """
     if not look_first:
         return backend.submit(script, token=token), False
     if backend.submit_once:
-        existing = job_with_token(backend, token)
+        existing = job_with_token(backend, token, user)
         if existing is not None:
             return existing.job_id, True
         return backend.submit(script, token=token), False   # the wrapper looks again, under its lock
     with token_lock(cluster, token):
-        existing = job_with_token(backend, token)
+        existing = job_with_token(backend, token, user)
         if existing is not None:
             return existing.job_id, True
         return backend.submit(script, token=token), False
@@ -262,10 +266,12 @@ def output_place_problem(pattern: str, cwd: str, name: str = "") -> Optional[str
     return None
 
 
-def job_with_token(backend, token: str) -> Optional[JobInfo]:
-    """The job submitted with ``token`` (its comment is exactly ``slurmkit:TOKEN``), if any."""
+def job_with_token(backend, token: str, user: Optional[str] = None) -> Optional[JobInfo]:
+    """The job submitted with ``token`` (its comment is exactly ``slurmkit:TOKEN``), if any; only
+    ``user``'s jobs when given."""
     comment = "slurmkit:" + token
-    return next((j for j in backend.find_by_token(comment) if j.comment == comment), None)
+    return next((j for j in backend.find_by_token(comment, user=user)
+                 if j.comment == comment and (user is None or j.user == user)), None)
 
 
 def _group(refs: Sequence[JobRef]) -> "OrderedDict[str, List[str]]":

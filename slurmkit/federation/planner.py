@@ -35,8 +35,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
                              SlurmUnavailableError)
-from slurmkit.jobs import (JobRef, Submission, check_output_place, job_with_token, new_token, prepare, submit_once,
-                           token_lock)
+from slurmkit.jobs import (JobRef, Submission, account_on, check_output_place, job_with_token, new_token, prepare,
+                           submit_once, token_lock)
 from slurmkit.results import GroupError, GroupResult, each
 from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
 from slurmkit.session import Session
@@ -238,7 +238,8 @@ def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callab
     for attempt in range(1, SUBMIT_ATTEMPTS + 1):
         try:
             job_id, existed = submit_once(backend, candidate.cluster, candidate.rendered.script, token,
-                                          look_first=caller_token or (attempt > 1 and not backend.submit_once))
+                                          look_first=caller_token or (attempt > 1 and not backend.submit_once),
+                                          user=account_on(session.site.cluster(candidate.cluster)))
             return Submission(JobRef(candidate.cluster, job_id), candidate.rendered, token, existed=existed)
         except SlurmkitError as exc:
             if not exc.may_have_run:
@@ -286,7 +287,8 @@ def _existing_anywhere(session: Session, token: str, clusters: Optional[Sequence
     cluster is down would defeat failing over.
     """
     names = list(clusters) if clusters else list(session.site.clusters)
-    found = each(names, lambda name: job_with_token(session.backend(name), token))
+    found = each(names, lambda name: job_with_token(session.backend(name), token,
+                                                    account_on(session.site.cluster(name))))
     for name in names:
         job = found[name]
         if job is not None and not isinstance(job, SlurmkitError):

@@ -190,6 +190,15 @@ def test_a_lock_file_that_is_a_symlink_is_never_followed(tmp_path):
     assert not target.exists()
 
 
+def test_another_users_job_with_the_same_token_does_not_stand_in_for_yours():
+    alpha = FakeSlurm("alpha", nodes=["an1"])
+    theirs = alpha.add_job(state="RUNNING", comment="slurmkit:run-7", user="mallory")
+    mine = jobs.submit(fake_session(alpha=alpha), SPEC._replace(token="run-7"))
+    assert mine.ref.job_id != theirs and not mine.existed and len(alpha.table) == 2
+    again = jobs.submit(fake_session(alpha=alpha), SPEC._replace(token="run-7"))
+    assert again.ref == mine.ref and again.existed
+
+
 def test_a_fresh_token_is_submitted_without_a_look(tmp_path):
     alpha = FakeSlurm("alpha", nodes=["an1"])
     jobs.submit(fake_session(alpha=alpha), SPEC)
