@@ -6,6 +6,9 @@
 #
 #   devcluster/in-root.sh ROOT [OPTIONS] -- COMMAND [ARG...]
 #
+# ROOT may be / (this machine's own Slurm, in the same namespaces: with --net
+# and --state, a second set of clusters of the host's release beside the first).
+#
 #   --net         a private network namespace with only its own loopback up: the
 #                 root's clusters use the usual 127.0.k.x addresses and ports
 #                 without meeting the host's clusters (and nothing else is reachable)
@@ -69,24 +72,28 @@ bind() {  # bind SRC DST [ro]
     mount --rbind "$1" "$2"
     if [ "${3:-}" = ro ]; then mount -o remount,bind,ro "$2"; fi
 }
-bind /dev "$root/dev"
-bind /proc "$root/proc"
-bind /sys "$root/sys"
-bind "$repo" "$root$repo"
+if [ "$root" != / ]; then
+    bind /dev "$root/dev"
+    bind /proc "$root/proc"
+    bind /sys "$root/sys"
+    bind "$repo" "$root$repo"
+fi
 [ -n "$state" ] && bind "$state" "$root$repo/.devcluster"
 [ -n "$venv" ] && bind "$venv" "$root$repo/.venv"
-if [ "$shared" = 1 ] && [ -d "$repo/../shared" ]; then
+if [ "$shared" = 1 ] && [ "$root" != / ] && [ -d "$repo/../shared" ]; then
     sh=$(cd "$repo/../shared" && pwd)
     bind "$sh" "$root$sh" ro
 fi
-if [ "$pip" = 1 ]; then
+if [ "$pip" = 1 ] && [ "$root" != / ]; then
     for d in /opt/wheels /opt/pypi*; do
         [ -d "$d" ] && bind "$d" "$root$d" ro
     done
 fi
 # Name resolution as on the host (pip, apt); the hosts file keeps this
 # machine's hostname resolvable as it is here.
-cp -f /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+if [ "$root" != / ]; then
+    cp -f /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+fi
 mkdir -p "$root/run/sshd"
 if [ "$net" = 1 ]; then
     ip link set lo up

@@ -235,8 +235,7 @@ class CommandBackend(SlurmBackend):
         # One `scontrol show config` per backend: the storage type changes
         # only with a slurmctld restart, and every poll must stay at two RPCs.
         if self._accounting is None:
-            storage = self.config().get("AccountingStorageType", "")
-            self._accounting = bool(storage) and storage != "accounting_storage/none"
+            self._accounting = parsers.accounting_enabled(self.config())
         return self._accounting
 
     def accounting(self, job_ids: Sequence[str]) -> List[JobInfo]:

@@ -32,8 +32,11 @@ def parse_sbatch_parsable(stdout: str) -> str:
     raise SlurmCommandError("sbatch printed no job id: %r" % stdout.strip()[:200])
 
 
+# Slurm 26.05 prints a word between the time and "using" ("... to start at
+# 2026-11-30T16:09:12 a using 2 processors ...", tests/unit/data/releases/26.05);
+# 22.05 and 24.11 print none.  Words there are skipped, whatever they are.
 _TEST_ONLY_RE = re.compile(
-    r"Job (?P<job>\d+) to start at (?P<start>\S+) using (?P<cpus>\d+) processors on nodes (?P<nodes>\S+)"
+    r"Job (?P<job>\d+) to start at (?P<start>\S+)(?: \S+)*? using (?P<cpus>\d+) processors on nodes (?P<nodes>\S+)"
     r"(?: in partition (?P<partition>\S+))?")
 
 
@@ -382,6 +385,17 @@ def parse_config(text: str) -> Dict[str, str]:
         if m and m.group("key") not in config:
             config[m.group("key")] = m.group("value").strip()
     return config
+
+
+def accounting_enabled(config: Dict[str, str]) -> bool:
+    """Whether ``scontrol show config`` names an accounting storage.
+
+    Without one, 22.05 prints ``AccountingStorageType = accounting_storage/none``
+    and 24.11 and later print ``(null)`` (tests/unit/data/releases/*/config-gamma.json):
+    neither means sacct can answer.
+    """
+    storage = (config.get("AccountingStorageType") or "").strip()
+    return storage not in ("", "(null)", "none", "accounting_storage/none")
 
 
 def scheduler_parameter(config: Dict[str, str], name: str) -> Optional[str]:

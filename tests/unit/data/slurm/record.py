@@ -4,7 +4,9 @@ Run against the local dev clusters (``make cluster-up``), from the repo root:
 
     .venv/bin/python tests/unit/data/slurm/record.py [alpha beta]
 
-Each recording is one JSON file here, ``CLUSTER-WHAT-22.05.json``:
+Each recording is one JSON file here, ``CLUSTER-WHAT-RELEASE.json`` (RELEASE:
+the clusters' Slurm, 22.05, 24.11 ...; scripts/releases/record.sh records
+another release inside its Debian root):
 ``{"recorded": how, "cluster": ..., "argv": [...], "returncode": n,
 "stdout": ..., "stderr": ..., "jobs": {role: job id}}``.  The argv is built
 by :mod:`slurmkit.slurm.commands`, so a recording is exactly what the code
@@ -16,6 +18,7 @@ everything it changed is undone at the end, even on failure.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +31,8 @@ sys.path.insert(0, str(REPO))
 from slurmkit.slurm import commands  # noqa: E402
 from slurmkit.slurm.runner import LocalRunner  # noqa: E402
 
-VERSION = "22.05"
+# The release of the clusters recorded (MAJOR.MINOR), part of every file name.
+VERSION = None
 UNKNOWN_ID = "999999"   # far above any id the dev clusters reach
 
 
@@ -160,9 +164,14 @@ def record_cluster(cluster):
 
 
 def main(argv):
+    global VERSION
+    conf, _ = slurm_conf("alpha")
+    words = LocalRunner({"SLURM_CONF": conf}).run(commands.version()).stdout.split()
+    VERSION = ".".join(words[1].split(".")[:2])
     for cluster in argv or ["alpha", "beta"]:
         record_cluster(cluster)
-    subprocess.run(["git", "status", "--short", str(HERE)], cwd=str(REPO))
+    if shutil.which("git"):  # a release's Debian root (scripts/releases/record.sh) has none
+        subprocess.run(["git", "status", "--short", str(HERE)], cwd=str(REPO))
 
 
 if __name__ == "__main__":
