@@ -715,13 +715,15 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
     for cluster, outcome in answers.succeeded.items():
         found, queued, count = outcome
         queries[cluster] = count
+        lost = {p.point_id: key for key, p in asked[cluster].items() if key not in found and is_live(p.state)}
+        recorded = _recorded_ends(session, cluster, sweep, lost) if lost else {}
         for key, p in asked[cluster].items():
-            task = found.get(key)
+            task = found.get(key) or recorded.get(p.point_id)
             if key in queued:
                 in_queue.add(p.point_id)
             if task is not None:
                 updates.append(StateUpdate(p.point_id, task.state, task.exit_code, task.signal, task.reason,
-                                           task.nodes, task.job_id, task.restarts))
+                                           task.nodes or p.nodes, task.job_id or p.task_job_id, task.restarts))
             elif is_live(p.state):
                 why = ("Slurm no longer knows task %s_%d and cluster %s keeps no accounting" % (key[0], key[1], cluster)
                        if not accounting.get(cluster) else "Slurm has no record of task %s_%d" % key)
@@ -729,6 +731,39 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
                                            task_job_id=p.task_job_id, restarts=p.restarts))
     journal.record_states(sweep.id, updates)
     return SweepStatus(sweep, journal.points(sweep.id), journal.arrays(sweep.id), unreachable, in_queue, queries)
+
+
+def _recorded_ends(session, cluster: str, sweep: SweepRecord,
+                   lost: Dict[str, Tuple[str, int]]) -> Dict[str, slurmio.TaskInfo]:
+    """How tasks Slurm forgot ended, from the ``exit.status`` their job script wrote into each point's
+    directory (``STATUS A_I RESTARTS``); only a record of the task the journal places the point at counts."""
+    paths = {os.path.join(sweep.sweep_dir, "points", pid, "exit.status"): pid for pid in lost}
+    try:
+        if _is_local(session, cluster):
+            texts = {path: _tail(path, 200) for path in paths}
+        else:
+            result = session.backend(cluster).runner.run(slurmio.tails(sorted(paths), 200))
+            texts = slurmio.parse_tails(result.stdout)
+    except SlurmkitError:
+        return {}
+    out = {}
+    for path, text in texts.items():
+        pid = paths.get(path)
+        fields = text.split()
+        if pid is None or len(fields) != 3 or not fields[0].isdigit():
+            continue
+        array_id, index = lost[pid]
+        if fields[1] != "%s_%d" % (array_id, index):
+            continue          # an older attempt's record, at another placement
+        status_ = int(fields[0])
+        reason = "" if fields[0] == "0" else "as the task recorded it (Slurm no longer knows the task)"
+        if status_ > 128:
+            out[pid] = slurmio.TaskInfo(array_id, index, "", "FAILED", reason, None, status_ - 128,
+                                        restarts=int(fields[2]) if fields[2].isdigit() else 0)
+        else:
+            out[pid] = slurmio.TaskInfo(array_id, index, "", "COMPLETED" if status_ == 0 else "FAILED", reason,
+                                        status_, None, restarts=int(fields[2]) if fields[2].isdigit() else 0)
+    return out
 
 
 def status(session, sweep_id: str, journal: Optional[Journal] = None) -> SweepStatus:

@@ -125,28 +125,57 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
     ]
     if canary is not None:
         out += _canary_lines(sweep_id, canary)
-    out.append("fi")
+    out += [
+        "    # The task runs as a child of this shell, which records how it ended in the point's directory",
+        "    # (exit.status: Slurm forgets ended tasks after MinJobAge, and not every cluster keeps accounting)",
+        "    # and then ends the same way itself: the same exit status, or the same signal.",
+        '    SLURMKIT_SWEEP_STAGE=task bash "$0" "$@" &',
+        "    slurmkit_sweep_child=$!",
+        "    trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM",
+        "    trap 'slurmkit_sweep_woken=1; kill -INT \"$slurmkit_sweep_child\" 2>/dev/null || true' INT",
+        "    trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
+        "    # wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
+        "    while :; do",
+        "        slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
+        '        wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
+        "        (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
+        "    done",
+        '    printf \'%s %s_%s %s\\n\' "$slurmkit_sweep_rc" "${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" '
+        '"${SLURM_RESTART_COUNT:-0}" >"$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" &&',
+        '        mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
+    ]
+    if canary is not None:
+        out.append('    slurmkit_sweep_canary "$slurmkit_sweep_rc"')
+    out += [
+        "    if (( slurmkit_sweep_rc > 128 )); then",
+        "        trap - TERM INT USR1",
+        '        kill -s "$((slurmkit_sweep_rc - 128))" "$$" 2>/dev/null || true',
+        "    fi",
+        '    exit "$slurmkit_sweep_rc"',
+        "fi",
+    ]
     return "\n".join(out) + "\n"
 
 
 def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
-    q = shlex.quote
     k = int(canary.failures)
     stopped = ("the first %d tasks failed with exit status $rc and none passed; the rest are held: fix the cause, "
                "then 'slurmkit sweep rerun %s'" % (k, sweep_id))
     return [
-        "    # Canary: the array started one task at a time.  The task runs as a child of this shell, which",
-        "    # then widens the throttle on the first success (and releases this submission's other arrays on",
-        "    # this cluster), or holds the rest once the first %d failures share one exit status." % k,
+        "    # Canary: the array started one task at a time.  After each task this shell widens the throttle on",
+        "    # the first success (and releases this submission's other arrays on this cluster), or holds the",
+        "    # rest once the first %d failures share one exit status." % k,
         "    slurmkit_sweep_canary() {",
-        "        local dir=$SLURMKIT_SWEEP_DIR/canary/%s rc=$1 first" % q(canary.key),
+        "        local dir=$SLURMKIT_SWEEP_DIR/canary/%s rc=$1 first" % shlex.quote(canary.key),
         '        mkdir -p -- "$dir" || return 0',
         '        [[ -e $dir/passed || -e $dir/stopped ]] && return 0',
         "        if (( rc == 0 )); then",
         '            : >"$dir/passed"',
         '            echo "slurmkit: canary task ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID passed: the array now '
         'runs %s" >&2' % ("up to %d tasks at a time" % canary.widen_to if canary.widen_to else "without a limit"),
-        '            scontrol update JobId="$SLURM_ARRAY_JOB_ID" ArrayTaskThrottle=%d >/dev/null 2>&1 || true' % canary.widen_to,
+        "            # scontrol's own answer lists every task (finished ones as errors): not worth the log.",
+        '            scontrol update JobId="$SLURM_ARRAY_JOB_ID" ArrayTaskThrottle=%d >/dev/null 2>&1 || true'
+        % canary.widen_to,
         '            if [[ -s $dir/held ]]; then scontrol release "$(<"$dir/held")" >/dev/null 2>&1 || true; fi',
         "            return 0",
         "        fi",
@@ -158,18 +187,6 @@ def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
         '            echo "slurmkit: canary: $(<"$dir/stopped")" >&2',
         "        fi",
         "    }",
-        '    SLURMKIT_SWEEP_STAGE=task bash "$0" "$@" &',
-        "    slurmkit_sweep_child=$!",
-        "    trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM INT",
-        "    trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
-        "    # wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
-        "    while :; do",
-        "        slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
-        '        wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
-        "        (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
-        "    done",
-        '    slurmkit_sweep_canary "$slurmkit_sweep_rc"',
-        '    exit "$slurmkit_sweep_rc"',
     ]
 
 

@@ -1,0 +1,193 @@
+"""Array job scripts, run for real: each task is started with bash as slurmd would start it
+(SLURM_ARRAY_TASK_ID ...), runs to its end, and what it printed is checked: hostile values reach
+the program literally, the task ends as the program did, the canary holds or widens."""
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from slurmkit.script.render import JobSpec
+from slurmkit.sweep import core
+from slurmkit.sweep import script as sweep_script
+from slurmkit.sweep.journal import Journal
+from slurmkit.sweep.testing import FakeArraySlurm
+from slurmkit.testing import fake_session
+
+PRINT_ARGV = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
+              "'env': {k: v for k, v in os.environ.items() if k.startswith('SLURMKIT_')}}))")
+HOSTILE = ["it's", '"dq"', "$(touch {marker})", "`touch {marker}`", "a b  c", "*", "line1\nline2", "-x",
+           "back\\slash", "ünï", "tab\there", ""]
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "cache"))
+    journal = Journal(str(tmp_path / "state" / "sweeps.db"))
+    yield tmp_path, journal
+    journal.close()
+
+
+def submit(tmp_path, journal, command, *, grid=(), points_file=None, config=None, **kw):
+    alpha = FakeArraySlurm("alpha", config=config or {})
+    spec = JobSpec(command=tuple(command), template="single", gpus_per_node=0, time="00:05:00")
+    report = core.submit(fake_session(alpha=alpha), core.SweepRequest(
+        spec=spec, grid=list(grid), points_file=points_file, sweep_dir=str(tmp_path / "sweep"), **kw), journal)
+    return alpha, report
+
+
+def run_task(tmp_path, script, index, array_id, restart=None, fake_bin=None):
+    """Start one task of an array as slurmd does: the script file, bash, the task's variables."""
+    path = tmp_path / ("job-%s-%d.sh" % (array_id, index))
+    path.write_text(script)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}
+    env.update(SLURM_ARRAY_TASK_ID=str(index), SLURM_ARRAY_JOB_ID=array_id, SLURM_JOB_ID=str(9000 + index),
+               SLURMD_NODENAME="an1")
+    if restart is not None:
+        env["SLURM_RESTART_COUNT"] = str(restart)
+    if fake_bin is not None:
+        env["PATH"] = "%s:%s" % (fake_bin, env["PATH"])
+    return subprocess.run(["bash", str(path)], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+
+
+def point_dir(tmp_path, script, index):
+    point = re.search(r"(?m)^    %d\) slurmkit_sweep_point=(\w+);" % index, script).group(1)
+    return tmp_path / "sweep" / "points" / point
+
+
+def last_json(text):
+    return json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
+
+
+def test_hostile_values_reach_the_program_literally_as_arguments_and_variables(env):
+    tmp_path, journal = env
+    marker = tmp_path / "pwned"
+    values = [v.format(marker=marker) for v in HOSTILE]
+    points = tmp_path / "points.jsonl"
+    points.write_text("".join(json.dumps({"a": v, "n": str(i)}) + "\n" for i, v in enumerate(values)))
+    alpha, report = submit(tmp_path, journal, [sys.executable, "-c", PRINT_ARGV, "{a}", "--b={a}", "{n}{a}"],
+                           points_file=str(points))
+    (array,) = alpha.arrays.values()
+    for index, value in enumerate(values):
+        done = run_task(tmp_path, array.script, index, array.job_id)
+        assert done.returncode == 0, done.stderr
+        directory = point_dir(tmp_path, array.script, index)
+        printed = last_json((directory / "output.log").read_text())
+        assert printed["argv"] == [value, "--b=" + value, str(index) + value]
+        assert printed["env"]["SLURMKIT_SWEEP_A"] == value and printed["env"]["SLURMKIT_SWEEP_N"] == str(index)
+        assert printed["env"]["SLURMKIT_SWEEP_ID"] == report.sweep_id
+        assert printed["env"]["SLURMKIT_SWEEP_POINT_DIR"] == str(directory)
+        assert printed["env"]["SLURMKIT_CHECKPOINT_DIR"] == str(directory / "checkpoint")
+        assert (directory / "checkpoint").is_dir()
+        assert (directory / "exit.status").read_text() == "0 %s_%d 0\n" % (array.job_id, index)
+    assert not marker.exists()
+
+
+def test_a_placeholder_in_shell_code_is_one_literal_word(env):
+    tmp_path, journal = env
+    marker = tmp_path / "pwned"
+    values = ["$(touch %s)" % marker, "a b", "it's", "*"]
+    points = tmp_path / "p.jsonl"
+    points.write_text("".join(json.dumps({"v": v}) + "\n" for v in values))
+    alpha, _ = submit(tmp_path, journal, ["bash", "-c", 'printf "<%s>" {v} "$SLURMKIT_SWEEP_V"; echo'],
+                      points_file=str(points))
+    (array,) = alpha.arrays.values()
+    for index, value in enumerate(values):
+        assert run_task(tmp_path, array.script, index, array.job_id).returncode == 0
+        out = (point_dir(tmp_path, array.script, index) / "output.log").read_text().splitlines()[-1]
+        assert out == "<%s><%s>" % (value, value)
+    assert not marker.exists()
+
+
+def test_a_task_ends_as_its_program_did_and_every_attempt_is_appended(env):
+    tmp_path, journal = env
+    alpha, _ = submit(tmp_path, journal, ["bash", "-c", 'echo "out {mode}"; echo "err {mode}" >&2; case {mode} in '
+                                                        'ok) ;; three) exit 3;; term) kill -TERM $$;; esac'],
+                      grid=["mode=ok,three,term"])
+    (array,) = alpha.arrays.values()
+    codes = [run_task(tmp_path, array.script, i, array.job_id).returncode for i in range(3)]
+    assert codes == [0, 3, -15]                        # the same exit status, or killed by the same signal
+    statuses = [(point_dir(tmp_path, array.script, i) / "exit.status").read_text().split()[0] for i in range(3)]
+    assert statuses == ["0", "3", "143"]
+    run_task(tmp_path, array.script, 1, array.job_id, restart=1)
+    directory = point_dir(tmp_path, array.script, 1)
+    errors = (directory / "error.log").read_text().splitlines()
+    assert [ln for ln in errors if not ln.startswith("==")] == ["err three", "err three"]
+    headers = [ln for ln in errors if ln.startswith("== slurmkit sweep")]
+    assert len(headers) == 2 and "restart 0" in headers[0] and "restart 1" in headers[1]
+    assert core.last_attempt_tail("\n".join(errors)) == "err three"
+
+
+def test_a_task_without_a_row_fails_saying_so(env):
+    tmp_path, journal = env
+    alpha, _ = submit(tmp_path, journal, ["true", "{s}"], grid=["s=0..1"])
+    (array,) = alpha.arrays.values()
+    done = run_task(tmp_path, array.script, 7, array.job_id)
+    assert done.returncode == 1 and "task 7 has no row in the points table" in done.stderr
+
+
+def test_a_large_table_is_a_checked_file_next_to_the_script(env, monkeypatch):
+    tmp_path, journal = env
+    monkeypatch.setattr(sweep_script, "INLINE_TABLE_LIMIT", 100)
+    alpha, _ = submit(tmp_path, journal, [sys.executable, "-c", PRINT_ARGV, "{s}"], grid=["s=0..9"])
+    (array,) = alpha.arrays.values()
+    assert "slurmkit_sweep_row() {" not in array.script and "sha256sum --check" in array.script
+    tables = list((tmp_path / "sweep" / "tables").iterdir())
+    assert len(tables) == 1 and "slurmkit_sweep_row() {" in tables[0].read_text()
+    done = run_task(tmp_path, array.script, 4, array.job_id)
+    assert done.returncode == 0, done.stderr
+    out = sorted((tmp_path / "sweep" / "points").glob("*/output.log"))
+    assert len(out) == 1 and last_json(out[0].read_text())["argv"] == ["4"]
+    tables[0].write_text(tables[0].read_text().replace("'4'", "'5'").replace("(4)", "(5)") + "\n# changed\n")
+    done = run_task(tmp_path, array.script, 4, array.job_id)
+    assert done.returncode == 1 and "missing or changed" in done.stderr
+
+
+def _fake_scontrol(tmp_path):
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    log = tmp_path / "scontrol.log"
+    tool = directory / "scontrol"
+    tool.write_text("#!/bin/sh\necho \"$*\" >> %s\n" % log)
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return directory, log
+
+
+def test_canary_holds_the_rest_after_k_failures_with_one_exit_status(env):
+    tmp_path, journal = env
+    fake_bin, log = _fake_scontrol(tmp_path)
+    alpha, report = submit(tmp_path, journal, ["bash", "-c", "exit 5", "{s}"], grid=["s=0..5"],
+                           config={"MaxArraySize": "3"}, canary=2)
+    first, second = alpha.arrays.values()
+    assert run_task(tmp_path, first.script, 0, first.job_id, fake_bin=fake_bin).returncode == 5
+    assert not log.exists()                               # one failure: keep going, one at a time
+    assert run_task(tmp_path, first.script, 1, first.job_id, fake_bin=fake_bin).returncode == 5
+    assert log.read_text().splitlines() == ["hold %s" % first.job_id]
+    token = first.comment.split(":")[1]
+    stopped = (tmp_path / "sweep" / "canary" / token / "stopped").read_text()
+    assert "the first 2 tasks failed with exit status 5" in stopped and report.sweep_id in stopped
+    assert second.tasks[0].reason == "JobHeldUser"
+
+
+def test_canary_keeps_one_at_a_time_while_failures_differ_and_widens_on_a_pass(env):
+    tmp_path, journal = env
+    fake_bin, log = _fake_scontrol(tmp_path)
+    # Each task fails with its code on a first attempt and passes when restarted.
+    alpha, _ = submit(tmp_path, journal, ["bash", "-c", "[ ${SLURM_RESTART_COUNT:-0} -gt 0 ] || exit {code}"],
+                      grid=["code=1,2,3"], config={"MaxArraySize": "2"}, canary=2, max_running=4)
+    first, second = alpha.arrays.values()
+    assert "slurmkit_sweep_canary" not in second.script and "#SBATCH --hold" in second.script
+    assert run_task(tmp_path, first.script, 0, first.job_id, fake_bin=fake_bin).returncode == 1
+    assert run_task(tmp_path, first.script, 1, first.job_id, fake_bin=fake_bin).returncode == 2
+    assert not log.exists()                              # 1 and 2: no shared cause, no hold
+    assert run_task(tmp_path, first.script, 0, first.job_id, restart=1, fake_bin=fake_bin).returncode == 0
+    assert log.read_text().splitlines() == ["update JobId=%s ArrayTaskThrottle=4" % first.job_id,
+                                            "release %s" % second.job_id]
+    # Decided once: a later failure changes nothing.
+    assert run_task(tmp_path, first.script, 1, first.job_id, restart=0, fake_bin=fake_bin).returncode == 2
+    assert len(log.read_text().splitlines()) == 2
