@@ -32,7 +32,7 @@ its budget by ``daemon run``, and the systemd units' commands.
 
 Needs the clusters (make cluster-up); the training tests need PyTorch in
 .venv (make venv-train) and are skipped with that reason without it.
-About four minutes on two cores.
+About two minutes on two cores.
 """
 
 import contextlib
