@@ -5,6 +5,7 @@ import click
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, StrictInt, cluster_option, job_options,
                                   job_spec_from, json_option, pass_session, print_json, site_option, text_value,
                                   warn)
+from slurmkit.cli import sweep_commands
 
 
 @click.command(context_settings=COMMAND_CONTEXT)
@@ -55,6 +56,7 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
               help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
                    "requeue.transient_exit_codes count too).")
+@sweep_commands.sweep_options
 @job_options
 @json_option
 @pass_session
@@ -75,6 +77,11 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
     from slurmkit.federation import submit_anywhere
 
     partition = kwargs.pop("partition")
+    sweep = sweep_commands.pop_sweep_options(kwargs)
+    if sweep_commands.sweeping(sweep):
+        return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
+                                           not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
+                                                         auto_requeue=auto_requeue))
     if auto_requeue:
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
                                checkpoint_dir, max_restarts, transient_exit, as_json)

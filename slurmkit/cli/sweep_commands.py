@@ -43,7 +43,7 @@ def sweep_options(func):
 
 
 def sweeping(kwargs) -> bool:
-    """Whether ``submit`` was given a sweep (else its sweep options must be unused)."""
+    """Whether ``submit`` was given a sweep (else its other sweep options must be unused)."""
     if kwargs.get("sweep") or kwargs.get("sweep_file"):
         return True
     given = [name for name in ("sweep_name", "sweep_dir", "max_running", "canary") if kwargs.get(name) is not None]
@@ -60,9 +60,21 @@ def pop_sweep_options(kwargs) -> dict:
                                                       "max_running", "canary")}
 
 
-def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json):
-    """Submit a sweep: the sweep id on stdout (or the JSON report), what was submitted on stderr."""
+def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None):
+    """Submit a sweep: the sweep id on stdout (or the JSON report), what was submitted on stderr.
+
+    ``not_with``: ``submit``'s options that a sweep does not take, by name, as given.
+    """
     from slurmkit.sweep import core
+
+    given = [name for name, value in (not_with or {}).items() if value]
+    if given:
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--%s does not apply to a sweep%s" % (given[0].replace("_", "-"), {
+            "auto_requeue": " yet: rerun failed tasks with 'slurmkit sweep rerun ID'",
+            "accel": ": name the clusters with --cluster and the partition with -p",
+            "explain": "", "dry_run": ": render one task's job with 'slurmkit render'"}.get(given[0], "")))
 
     request = core.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                 points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),

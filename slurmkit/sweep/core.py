@@ -194,10 +194,10 @@ class _ClusterFacts(NamedTuple):
 def _facts(session, cluster: str, cache: Dict[str, _ClusterFacts]) -> _ClusterFacts:
     """The cluster's array limits and whether it keeps accounting: one ``scontrol show config``."""
     if cluster not in cache:
+        from slurmkit.slurm.parsers import accounting_enabled
+
         config = session.backend(cluster).config()
-        storage = config.get("AccountingStorageType", "")
-        cache[cluster] = _ClusterFacts(arr.limits_from_config(config, cluster),
-                                       bool(storage) and storage != "accounting_storage/none")
+        cache[cluster] = _ClusterFacts(arr.limits_from_config(config, cluster), accounting_enabled(config))
     return cache[cluster]
 
 

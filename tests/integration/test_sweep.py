@@ -1,0 +1,207 @@
+"""Sweeps on the real local clusters: `slurmkit submit --sweep` / `slurmkit sweep ...` as a user runs them.
+
+Every test runs its tasks to their end (or cancels them) and checks what each task printed in its
+point's own output file, and what Slurm itself says (squeue), not only slurmkit's report.  Tasks are
+tiny (a Python one-liner), so a 200-point sweep over alpha and beta takes well under a minute.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = str(ROOT / "site_configs" / "local.yaml")
+# Prints its arguments and its sweep variables as one JSON line; the point with seed 7 fails once
+# (exit 3), then passes: a rerun must run exactly the failed points again.
+PROGRAM = ("import json, os, sys\n"
+           "print(json.dumps({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() "
+           "if k.startswith('SLURMKIT_SWEEP_')}}))\n"
+           "once = os.path.join(os.environ['SLURMKIT_SWEEP_POINT_DIR'], 'failed-once')\n"
+           "if os.environ.get('SLURMKIT_SWEEP_SEED') == os.environ.get('FAIL_SEED', '7') and not os.path.exists(once):\n"
+           "    open(once, 'w').close()\n"
+           "    print('seed %s fails on purpose' % os.environ['SLURMKIT_SWEEP_SEED'], file=sys.stderr)\n"
+           "    sys.exit(3)\n")
+HOSTILE = ["it's", '"dq"', "$(touch {marker})", "`touch {marker}`", "a b  c", "*", "back\\slash", "--", "ünï",
+           "semi;colon", "{x}", "$HOME", "tab\there", "-x", "a|b", "&&", "#hash", "'; touch {marker}; '", "~",
+           "new\nline"]
+
+
+def slurmkit(tmp_path, *args, check=True, env=None, timeout=120):
+    environment = dict(os.environ, SLURMKIT_SITE=SITE, SLURMKIT_STATE_DIR=str(tmp_path / "state"),
+                       SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), **(env or {}))
+    proc = subprocess.run([sys.executable, "-m", "slurmkit", *args], capture_output=True, text=True,
+                          env=environment, cwd=str(tmp_path), timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(args), proc.returncode, proc.stdout, proc.stderr))
+    return proc
+
+
+def status(tmp_path, sweep_id, *extra, env=None):
+    return json.loads(slurmkit(tmp_path, "sweep", "status", sweep_id, "--json", *extra, env=env).stdout)
+
+
+def wait_settled(tmp_path, sweep_id, timeout=240, env=None, done=None):
+    """Poll `sweep status` until no task is queued or running (or ``done(status)``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data = status(tmp_path, sweep_id, env=env)
+        live = {s: n for s, n in data["counts"].items() if s in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")}
+        if (done(data) if done else not live):
+            return data
+        if time.monotonic() > deadline:
+            raise AssertionError("sweep %s still %s after %ss" % (sweep_id, data["counts"], timeout))
+        time.sleep(2)
+
+
+@pytest.fixture
+def cancel_after(tmp_path):
+    """Sweeps a test made are cancelled at its end, whatever happened: no job is left behind."""
+    made = []
+    yield made
+    for sweep_id, env in made:
+        slurmkit(tmp_path, "sweep", "cancel", sweep_id, check=False, env=env)
+
+
+def outputs(data, sweep_dir):
+    """{point id: the JSON lines its attempts printed, in order} from each point's output.log."""
+    out = {}
+    for point in data["points"]:
+        text = (Path(sweep_dir) / "points" / point["point"] / "output.log").read_text()
+        out[point["point"]] = [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    return out
+
+
+def test_200_points_over_alpha_and_beta_with_hostile_values_then_rerun_only_the_failed(devcluster, tmp_path,
+                                                                                       cancel_after):
+    marker = tmp_path / "pwned"
+    values = [v.replace("{marker}", str(marker)) for v in HOSTILE]
+    points = tmp_path / "values.jsonl"
+    points.write_text("".join(json.dumps({"v": v}) + "\n" for v in values))
+    sweep_dir = tmp_path / "sweep"
+    proc = slurmkit(tmp_path, "submit", "--sweep-file", str(points), "--sweep", "seed=0..9", "--sweep-dir",
+                    str(sweep_dir), "--cluster", "alpha,beta", "-p", "gpu", "--gpus-per-node", "0", "-T", "single",
+                    "-t", "3", "--", sys.executable, "-c", PROGRAM, "{v}", "--seed={seed}")
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    assert len(proc.stdout.splitlines()) == 1 and sweep_id.startswith("python")
+    submitted = [ln for ln in proc.stderr.splitlines() if ln.startswith("submitted ")]
+    assert {ln.split()[1].split(":")[0] for ln in submitted} == {"alpha", "beta"}      # split between both
+    assert sum(int(ln.split(": ")[1].split()[0]) for ln in submitted) == 200
+
+    data = wait_settled(tmp_path, sweep_id)
+    assert data["counts"] == {"COMPLETED": 180, "FAILED": 20} and data["total"] == 200
+    clusters = {a["cluster"] for a in data["arrays"]}
+    assert clusters == {"alpha", "beta"}
+    printed = outputs(data, sweep_dir)
+    for point in data["points"]:
+        (line,) = printed[point["point"]]
+        assert line["argv"] == [point["values"]["v"], "--seed=" + point["values"]["seed"]]
+        assert line["env"]["SLURMKIT_SWEEP_V"] == point["values"]["v"]
+        assert line["env"]["SLURMKIT_SWEEP_POINT"] == point["point"]
+    assert not marker.exists()
+
+    failed = status(tmp_path, sweep_id, "--failed")["points"]
+    assert len(failed) == 20 and {p["values"]["seed"] for p in failed} == {"7"}
+    assert {(p["state"], p["exit_code"], p["signal"]) for p in failed} == {("FAILED", 3, None)}
+    assert all(p["error_tail"] == "seed 7 fails on purpose" for p in failed)
+    slurmkit(tmp_path, "sweep", "status", sweep_id, "--failed", "--output", str(tmp_path / "failed.jsonl"))
+    written = [json.loads(ln) for ln in (tmp_path / "failed.jsonl").read_text().splitlines()]
+    assert sorted(w["v"] for w in written) == sorted(values) and {w["seed"] for w in written} == {"7"}
+
+    rerun = slurmkit(tmp_path, "sweep", "rerun", sweep_id)
+    assert all(ln.startswith("requeued ") for ln in rerun.stdout.splitlines())    # Slurm still has them
+    assert sum(int(ln.split(": ")[1].split()[0]) for ln in rerun.stdout.splitlines()) == 20
+    data = wait_settled(tmp_path, sweep_id)
+    assert data["counts"] == {"COMPLETED": 200}
+    printed = outputs(data, sweep_dir)
+    ran = {p["point"]: len(printed[p["point"]]) for p in data["points"]}
+    assert {pid for pid, n in ran.items() if n == 2} == {p["point"] for p in failed}   # only those ran again
+    assert set(ran.values()) == {1, 2}
+    # Slurm's own view: the failed tasks were requeued (Restarts=1) in their own arrays, at their index.
+    again = [p for p in data["points"] if p["point"] in {f["point"] for f in failed}]
+    assert {p["restarts"] for p in again} == {1} and {p["task"] for p in again} == {f["task"] for f in failed}
+
+
+def test_an_edited_grid_skips_completed_points_and_adds_the_new_ones(devcluster, tmp_path, cancel_after):
+    sweep_dir = tmp_path / "sweep"
+    common = ["--sweep-dir", str(sweep_dir), "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "2", "--",
+              sys.executable, "-c", PROGRAM, "x", "{seed}"]
+    first = slurmkit(tmp_path, "submit", "--sweep", "seed=0..3", *common, env={"FAIL_SEED": "2"})
+    sweep_id = first.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    assert wait_settled(tmp_path, sweep_id)["counts"] == {"COMPLETED": 3, "FAILED": 1}
+    second = slurmkit(tmp_path, "submit", "--sweep", "seed=0..5", *common, env={"FAIL_SEED": "2"})
+    assert second.stdout.strip() == sweep_id                       # the same experiment: the same sweep
+    lines = second.stderr.splitlines()
+    assert any(ln.startswith("requeued alpha:") and ln.endswith("array 2") for ln in lines), lines
+    assert any(ln.startswith("submitted alpha:") and ln.endswith("2 task(s), array 0-1") for ln in lines), lines
+    assert "skipped: 3 completed earlier" in second.stderr
+    data = wait_settled(tmp_path, sweep_id)
+    assert data["counts"] == {"COMPLETED": 6}
+    runs = {p["values"]["seed"]: len(v) for p in data["points"] for v in [outputs(data, sweep_dir)[p["point"]]]}
+    assert runs == {"0": 1, "1": 1, "2": 2, "3": 1, "4": 1, "5": 1}
+
+
+def test_more_points_than_max_array_size_split_and_a_canary_holds_a_broken_sweep(devcluster, tmp_path,
+                                                                                 cancel_after):
+    """1,100 points on alpha (MaxArraySize 1001): two arrays of 550, each indexed from 0; the broken
+    command fails its first two tasks with one exit status, and the other 1,098 are held, then cancelled."""
+    proc = slurmkit(tmp_path, "sweep", "submit", "--sweep", "i=0..1099", "--canary", "2", "--sweep-dir",
+                    str(tmp_path / "sweep"), "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "2", "--",
+                    "bash", "-c", 'echo "task {i} is broken" >&2; exit 4')
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    submitted = [ln for ln in proc.stderr.splitlines() if ln.startswith("submitted ")]
+    assert [ln.split(", array ")[1] for ln in submitted] == ["0-549%1", "0-549"]
+    ids = [ln.split()[1].split(":")[1].rstrip(":") for ln in submitted]
+    tasks = slurm("alpha", "squeue", "-r", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%F %K").stdout.split("\n")
+    per_array = {i: sorted(int(t.split()[1]) for t in tasks if t.startswith(i + " ")) for i in ids}
+    assert all(v == list(range(550)) for v in per_array.values())
+    data = wait_settled(tmp_path, sweep_id, timeout=90,
+                        done=lambda d: d["counts"].get("FAILED") == 2 and
+                        all(p["reason"] in ("JobHeldUser", "JobHeldAdmin") for p in d["points"]
+                            if p["state"] == "PENDING"))
+    assert data["counts"] == {"FAILED": 2, "PENDING": 1098}
+    failed = status(tmp_path, sweep_id, "--failed")["points"]
+    assert {p["exit_code"] for p in failed} == {4} and all("is broken" in p["error_tail"] for p in failed)
+    time.sleep(3)
+    assert status(tmp_path, sweep_id)["counts"] == {"FAILED": 2, "PENDING": 1098}   # held: nothing else started
+    cancelled = slurmkit(tmp_path, "sweep", "cancel", sweep_id)
+    assert cancelled.stdout.startswith("cancelled 1098 task(s)")
+    assert status(tmp_path, sweep_id)["counts"] == {"CANCELLED": 1098, "FAILED": 2}
+
+
+def test_a_passing_canary_widens_the_throttle_and_the_sweep_completes(devcluster, tmp_path, cancel_after):
+    proc = slurmkit(tmp_path, "submit", "--sweep", "i=0..7", "--canary", "1", "--max-running", "4", "--sweep-dir",
+                    str(tmp_path / "sweep"), "--cluster", "beta", "-p", "gpu", "--gpus-per-node", "0", "-T", "single",
+                    "-t", "2", "--", "bash", "-c", 'echo "point {i} on $SLURMD_NODENAME"')
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    assert proc.stderr.splitlines()[0].endswith("array 0-7%1")
+    data = wait_settled(tmp_path, sweep_id, timeout=120)
+    assert data["counts"] == {"COMPLETED": 8}
+    logs = sorted((tmp_path / "sweep" / "points").glob("*/error.log"))
+    assert sum("passed: the array now runs up to 4 tasks at a time" in p.read_text() for p in logs) == 1
+    said = sorted(ln for p in (tmp_path / "sweep" / "points").glob("*/output.log")
+                  for ln in p.read_text().splitlines() if ln.startswith("point "))
+    assert [ln.split()[1] for ln in said] == [str(i) for i in range(8)]
+
+
+def test_a_sweep_over_ssh_reads_failed_output_on_the_login_node(devcluster, tmp_path, cancel_after):
+    env = {"SLURMKIT_VIA": "ssh"}
+    proc = slurmkit(tmp_path, "submit", "--sweep", "seed=6..8", "--sweep-dir", str(tmp_path / "sweep"),
+                    "--cluster", "beta", "-p", "gpu", "--gpus-per-node", "0", "-T", "single", "-t", "2", "--",
+                    sys.executable, "-c", PROGRAM, "{seed}", env=env)
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, env))
+    data = wait_settled(tmp_path, sweep_id, env=env)
+    assert data["counts"] == {"COMPLETED": 2, "FAILED": 1}
+    (failed,) = status(tmp_path, sweep_id, "--failed", env=env)["points"]
+    assert failed["values"] == {"seed": "7"} and failed["error_tail"] == "seed 7 fails on purpose"
