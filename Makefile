@@ -17,6 +17,7 @@ help:
 	@echo "make pyslurm   build pyslurm for the installed Slurm (wheel cached in .cache/pyslurm) into .venv"
 	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
+	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
 
 # Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
 install-python:
@@ -92,3 +93,12 @@ $(VENV)/.installed-train: $(VENV)/.installed Makefile
 	touch $@
 
 test: venv-train
+
+# The suite against the other Slurm releases, each inside its own Debian root
+# (debootstrap; made once into .cache/releases and reused) with its own clusters
+# in a private network, then the mixed-release federation's tests.  Prints each
+# release's pytest summary line.  See scripts/releases/test-releases.sh.
+TEST_RELEASES ?= 24.11 26.05 mixed
+.PHONY: test-releases
+test-releases: venv compile install-system
+	bash scripts/releases/test-releases.sh $(TEST_RELEASES)

@@ -7,6 +7,7 @@
 #   eval "$(make -s cluster-env)"       SLURM_CONF for alpha
 #   eval "$(make -s cluster-env CLUSTER=beta)"
 #   make cluster-status
+#   make cluster-up RELEASES=mixed      the mixed-release federation (22.05, 24.11, 26.05)
 
 # Directory of this file, whatever the including Makefile's location.
 DEVCLUSTER_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
@@ -48,14 +49,37 @@ install-system:
 	fi; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y $(DEVCLUSTER_PACKAGES)
 
+# RELEASES=mixed: the mixed-release federation instead (alpha on this machine's
+# Slurm, beta on 24.11, gamma on 26.05, each from its own Debian root, on
+# 127.0.21-23.x with state in .devcluster/mixed; see scripts/releases/mixed.sh),
+# beside the default clusters.
+RELEASES ?=
+MIXED := $(DEVCLUSTER_DIR)/../scripts/releases/mixed.sh
+
 cluster-up: install-system
+ifeq ($(RELEASES),mixed)
+	bash $(MIXED) up
+else
 	$(PYTHON) $(DEVCLUSTER) up
+endif
 
 cluster-down:
+ifeq ($(RELEASES),mixed)
+	bash $(MIXED) down
+else
 	$(PYTHON) $(DEVCLUSTER) down
+endif
 
 cluster-env:
+ifeq ($(RELEASES),mixed)
+	@bash $(MIXED) env
+else
 	@$(PYTHON) $(DEVCLUSTER) env $(CLUSTER)
+endif
 
 cluster-status:
+ifeq ($(RELEASES),mixed)
+	bash $(MIXED) status
+else
 	$(PYTHON) $(DEVCLUSTER) status
+endif
