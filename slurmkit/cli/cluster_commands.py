@@ -78,8 +78,11 @@ def trust_command(session, yes, cluster):
 @cluster_option
 @click.option("--partition", "-p", metavar="NAME", callback=text_value,
               help="Count only this partition's accelerators.")
+@click.option("--detail/--summary", default=None,
+              # 64: topology.SUMMARY_ABOVE_NODES, not imported here to keep start-up light.
+              help="Every node, or one line per switch (default: per switch above 64 nodes).")
 @pass_session
-def topology(session, cluster, partition):
+def topology(session, cluster, partition, detail):
     """Draw the cluster's switch tree with each node's state and free GPUs.
 
     \b
@@ -89,4 +92,4 @@ def topology(session, cluster, partition):
     """
     from slurmkit.cli import display
 
-    click.echo(display.topology_report(session, cluster, partition))
+    click.echo(display.topology_report(session, cluster, partition, detail))

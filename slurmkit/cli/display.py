@@ -62,7 +62,7 @@ def site_text(site) -> str:
     return "\n".join(lines)
 
 
-def topology_report(session, cluster_name=None, partition_name=None) -> str:
+def topology_report(session, cluster_name=None, partition_name=None, detail=None) -> str:
     from slurmkit.script import topology
     from slurmkit.script.render import gres_name
 
@@ -82,7 +82,12 @@ def topology_report(session, cluster_name=None, partition_name=None) -> str:
         if len(kinds) == 1:
             gres = kinds.pop()
     header = "cluster %s" % cluster.name + (" partition %s" % partition_name if partition_name else "")
-    return header + "\n" + topology.draw(layout, nodes, gres)
+    if detail is None:  # neither --detail nor --summary: by size
+        detail = len(nodes) <= topology.SUMMARY_ABOVE_NODES
+    if detail:
+        return header + "\n" + topology.draw(layout, nodes, gres)
+    return (header + " (one line per switch; --detail for every node)\n"
+            + topology.draw_summary(layout, nodes, gres))
 
 
 def status_dict(found, missing, unreachable) -> dict:

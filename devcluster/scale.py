@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""An opt-in large local Slurm cluster "scale": N real slurmds on loopback.
+
+One munged, one slurmctld and N ``slurmd -N NAME`` processes (64, 256,
+1,024 ...), each slurmd in its own UTS namespace as in devcluster.py (see
+"Why UTS namespaces" there), from this machine's Slurm.  Nothing of it
+starts unless asked (``make scale-up N=1024`` or
+``python3 devcluster/scale.py up 1024``); ``make cluster-down`` stops it too.
+
+Shape (what a GPU site of that size looks like to the scheduler)::
+
+    core
+      spine01 .. spineS         8 leaves each (128 nodes)
+        leaf001 .. leafL        16 nodes each
+          sn0001 .. snNNNN      4 CPUs, 4000 MB, gres gpu:h100:8 (fake devices)
+
+Addresses: its own block, away from devcluster's 127.0.k.x (k <= 23 with the
+mixed releases' offset) ::
+
+    slurmctld   127.0.64.1:16417
+    nodes       127.0.65.1 .. 127.0.65.250, 127.0.66.1 .. (250 per /24)
+    slurmd      every node on port 16420: each slurmd binds only its own
+                address (NoInAddrAny), so they can share one port
+    srun        16450-16499
+
+slurm.conf names the nodes in hostlist form, one line per /24
+(``NodeName=sn[0001-0250] NodeAddr=127.0.65.[1-250]``): with one line per
+node every client command (sbatch, squeue ...) parses N lines, which costs
+tens of milliseconds per command at 1,024 nodes.
+
+State: ``.devcluster/scale/`` (etc/slurm.conf, gres.conf, topology.conf,
+site.yaml: a slurmkit site of this cluster alone; scale.json: what the tests
+read; ctld/, slurmd/, munge/, dev/).  A config change (another N) restarts
+the whole cluster from empty state.
+
+Stdlib only; run as root.  Reuses devcluster.py's helpers, never its state.
+"""
+
+import argparse
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import devcluster as dc  # noqa: E402  (helpers only: hostlist, Daemon, devices, waits)
+
+NAME = "scale"
+STATE = dc.STATE / NAME
+SCALE_JSON = STATE / "scale.json"
+SITE_YAML = STATE / "site.yaml"
+CTLD_NET = 64           # 127.0.64.1: slurmctld
+NODE_NET0 = 65          # nodes from 127.0.65.1 on
+PER_NET = 250           # nodes per /24 (addresses .1 to .250)
+CTLD_PORT = 16417
+SLURMD_PORT = 16420
+SRUN_PORTS = (16450, 16499)
+NODES_PER_LEAF = 16
+LEAVES_PER_SPINE = 8
+MAX_NODES = PER_NET * 9  # 127.0.65-73.x
+GPUS = 8
+# More munge threads than munged's 2: every one of N slurmds and every client
+# RPC needs a credential decoded, and registration of 1,024 nodes at start
+# queues up behind two threads.
+MUNGE_THREADS = 16
+# slurmctld holds a socket per slurmd message in flight; Slurm's own
+# packaging sets LimitNOFILE=65536.  At 1,024 open files a step over hundreds
+# of nodes put srun into an error loop (issue 13).
+NOFILE = 65536
+# Parallel slurmd starts: each is a fork+exec and a daemonize; more than a few
+# at a time on two cores only queues them in the scheduler.
+START_BATCH = 32
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def node_name(i):
+    return "sn%04d" % i
+
+
+def node_addr(i):
+    """Node i (1-based) -> 127.0.(65 + (i-1)//250).((i-1)%250 + 1)."""
+    return "127.0.%d.%d" % (NODE_NET0 + (i - 1) // PER_NET, (i - 1) % PER_NET + 1)
+
+
+def nodelist(first, last):
+    return "sn[%04d-%04d]" % (first, last) if last > first else node_name(first)
+
+
+def node_blocks(n):
+    """[(first, last, net)]: the nodes of each /24, for one hostlist line each."""
+    out = []
+    for first in range(1, n + 1, PER_NET):
+        last = min(n, first + PER_NET - 1)
+        out.append((first, last, NODE_NET0 + (first - 1) // PER_NET))
+    return out
+
+
+def leaves(n):
+    """[(leaf, first, last)] of 16 nodes each (the last may be smaller)."""
+    return [("leaf%03d" % (k // NODES_PER_LEAF + 1), k + 1, min(n, k + NODES_PER_LEAF))
+            for k in range(0, n, NODES_PER_LEAF)]
+
+
+def spines(n):
+    """[(spine, [leaf names])] of 8 leaves each."""
+    names = [leaf for leaf, _, _ in leaves(n)]
+    return [("spine%02d" % (k // LEAVES_PER_SPINE + 1), names[k:k + LEAVES_PER_SPINE])
+            for k in range(0, len(names), LEAVES_PER_SPINE)]
+
+
+class Scale:
+    """What devcluster.Daemon needs of a cluster (name, wrap, out_dir), plus the files."""
+
+    def __init__(self, n):
+        if not 16 <= n <= MAX_NODES:
+            raise dc.DevClusterError("scale: N=%d nodes; want 16..%d" % (n, MAX_NODES))
+        self.name = NAME
+        self.n = n
+        self.root = None
+        self.dir = STATE
+        self.etc = STATE / "etc"
+        self.slurm_conf = self.etc / "slurm.conf"
+        self.gres_conf = self.etc / "gres.conf"
+        self.topology_conf = self.etc / "topology.conf"
+        self.munge_dir = STATE / "munge"
+        self.munge_key = self.munge_dir / "munge.key"
+        self.munge_socket = self.munge_dir / "munge.socket"
+        self.ctld_dir = STATE / "ctld"
+        self.slurmd_dir = STATE / "slurmd"
+        self.dev_dir = STATE / "dev"
+        self.out_dir = STATE / "out"
+        self.ctld_addr = "127.0.%d.1" % CTLD_NET
+        self.nodes = [node_name(i) for i in range(1, n + 1)]
+        self.nodelist = nodelist(1, n)
+
+    def wrap(self, argv):
+        return [str(a) for a in argv]
+
+    def env(self):
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
+            env.pop(var, None)
+        return env
+
+    # ---- daemons (devcluster.Daemon: pid files, identity checks, stop) ----
+    def munged(self):
+        m = self.munge_dir
+        return dc.Daemon(self, "munged", "munged", [
+            "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
+            "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
+            "--seed-file=%s" % (m / "munged.seed"), "--num-threads=%d" % MUNGE_THREADS, "-f",
+        ], m / "munged.pid", str(self.munge_socket), m / "munged.log")
+
+    def slurmctld(self):
+        return dc.Daemon(self, "slurmctld", "slurmctld", ["slurmctld", "-f", str(self.slurm_conf), "-i"],
+                         self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
+                         self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
+
+    def slurmd(self, i):
+        node = node_name(i)
+        return dc.Daemon(self, "slurmd " + node, "slurmd", ["slurmd", "-f", str(self.slurm_conf), "-N", node],
+                         self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
+                         self.slurmd_dir / ("slurmd.%s.log" % node), node=node,
+                         uts_hostname=node_addr(i))
+
+    # ---- files ---------------------------------------------------------------
+    def render_slurm_conf(self):
+        lines = [
+            "# Generated by devcluster/scale.py -- do not edit; rewritten by 'up'.",
+            "ClusterName=%s" % NAME,
+            "SlurmctldHost=%s" % self.ctld_addr,
+            "SlurmctldPort=%d" % CTLD_PORT,
+            # One port for all: each slurmd binds only its own NodeAddr.
+            "SlurmdPort=%d" % SLURMD_PORT,
+            "SrunPortRange=%d-%d" % SRUN_PORTS,
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            "AuthInfo=socket=%s" % self.munge_socket,
+            "StateSaveLocation=%s" % (self.ctld_dir / "state"),
+            "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
+            "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),
+            "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
+            "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
+            "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+            "SlurmctldDebug=info",
+            # error only: 1,024 slurmds logging every job start at info fill
+            # the disk and cost CPU for nothing a test reads.
+            "SlurmdDebug=error",
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=%d" % (dc.NODE_MEM_MB // dc.NODE_CPUS),
+            "TopologyPlugin=topology/tree",
+            "GresTypes=gpu",
+            "MpiDefault=none",
+            "PropagateResourceLimits=NONE",
+            "ReturnToService=2",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            # 10,000 queued jobs and arrays as large as a sweep wants: Slurm's
+            # defaults are MaxJobCount=10000 and MaxArraySize=1001.
+            "MaxJobCount=100000",
+            "MaxArraySize=100001",
+            "MinJobAge=300",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=5,max_switch_wait=120",
+            "SlurmctldTimeout=60",
+            "SlurmdTimeout=120",
+            # srun steps over hundreds of nodes wait on a tree of slurmds.
+            "MessageTimeout=60",
+            "InactiveLimit=0",
+            "KillWait=5",
+            "Waittime=0",
+            "MailProg=/bin/true",
+            "",
+        ]
+        for first, last, net in node_blocks(self.n):
+            a0, a1 = (first - 1) % PER_NET + 1, (last - 1) % PER_NET + 1
+            addrs = "127.0.%d.[%d-%d]" % (net, a0, a1) if a1 > a0 else "127.0.%d.%d" % (net, a0)
+            lines.append("NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d RealMemory=%d Gres=gpu:h100:%d "
+                         "State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
+                                            dc.NODE_MEM_MB, GPUS))
+        lines += ["", "PartitionName=gpu Nodes=%s Default=YES MaxTime=24:00:00 State=UP" % self.nodelist]
+        return "\n".join(lines) + "\n"
+
+    def render_gres_conf(self):
+        return ("# Generated by devcluster/scale.py\nNodeName=%s Name=gpu Type=h100 File=%s/nvidia[0-%d]\n"
+                % (self.nodelist, self.dev_dir, GPUS - 1))
+
+    def render_topology_conf(self):
+        lines = ["# Generated by devcluster/scale.py: %d nodes, %d per leaf, %d leaves per spine, one core"
+                 % (self.n, NODES_PER_LEAF, LEAVES_PER_SPINE)]
+        lines += ["SwitchName=%s Nodes=%s" % (leaf, nodelist(a, b)) for leaf, a, b in leaves(self.n)]
+        sp = spines(self.n)
+        lines += ["SwitchName=%s Switches=%s" % (s, ",".join(ls)) for s, ls in sp]
+        lines.append("SwitchName=core Switches=%s" % ",".join(s for s, _ in sp))
+        return "\n".join(lines) + "\n"
+
+    def render_site(self):
+        """A slurmkit site of this cluster alone (JSON, which YAML reads as it is)."""
+        site = {
+            "site": "devcluster-scale",
+            "description": "devcluster scale: %d nodes x 8 fake H100, three-level tree; generated by scale.py" % self.n,
+            "defaults": {"cluster": NAME, "partition": "gpu", "time": "00:10:00", "template": "single"},
+            "topology": {"max_switch_wait": "00:02:00"},
+            "clusters": {NAME: {
+                "slurm_conf": str(self.slurm_conf),
+                "default_partition": "gpu",
+                "price_per_gpu_hour": 1.0,
+                "partitions": {"gpu": {
+                    "accelerator": "nvidia", "gpu_model": "h100", "gpus_per_node": GPUS,
+                    "cpus_per_node": dc.NODE_CPUS, "memory_mb": dc.NODE_MEM_MB, "max_nodes": self.n,
+                    "max_time": "24:00:00", "fabric": {"type": "ethernet", "socket_ifname": "lo"}}},
+            }},
+        }
+        return json.dumps(site, indent=2) + "\n"
+
+    def describe(self):
+        return {
+            "name": NAME, "nodes": self.n, "nodelist": self.nodelist,
+            "slurm_conf": str(self.slurm_conf), "site": str(SITE_YAML),
+            "topology_conf": str(self.topology_conf), "state_dir": str(STATE),
+            "ctld": {"addr": self.ctld_addr, "port": CTLD_PORT, "log": str(self.ctld_dir / "slurmctld.log"),
+                     "pid_file": str(self.ctld_dir / "slurmctld.pid")},
+            "slurmd_port": SLURMD_PORT,
+            "leaves": {leaf: nodelist(a, b) for leaf, a, b in leaves(self.n)},
+            "spines": {s: ls for s, ls in spines(self.n)},
+            "core": [s for s, _ in spines(self.n)],
+        }
+
+
+# --------------------------------------------------------------------------
+
+def raise_nofile():
+    """Our open-file limit up to NOFILE (or the hard limit): children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+CLONE_NEWUTS = 0x04000000
+_libc = None
+
+
+def rename_uts(pids, name=dc.JOB_HOSTNAME):
+    """Rename the private UTS namespace of each pid to NAME (jobs' srun binds
+    to what the hostname resolves to; see devcluster.py), in one forked child
+    per pid with setns(2) rather than an nsenter exec each: 1,024 execs of
+    nsenter + sh cost seconds on two cores.  Never touches this machine's own
+    namespace (refused, as devcluster.set_uts_hostname does)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    mine = os.readlink("/proc/self/ns/uts")
+    try:
+        init = os.readlink("/proc/1/ns/uts")
+    except OSError:
+        init = mine
+    for pid in pids:
+        theirs = os.readlink("/proc/%d/ns/uts" % pid)
+        if theirs in (mine, init):
+            raise dc.DevClusterError("pid %d shares this machine's UTS namespace; refusing to rename it" % pid)
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child only renames and exits
+            code = 1
+            try:
+                fd = os.open("/proc/%d/ns/uts" % pid, os.O_RDONLY)
+                if _libc.setns(fd, CLONE_NEWUTS) == 0:
+                    socket.sethostname(name)
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            raise dc.DevClusterError("could not rename the UTS namespace of pid %d" % pid)
+
+
+def listening_addrs(port):
+    """The IPv4 addresses with a TCP listener on port (from /proc/net/tcp, once)."""
+    out = set()
+    want = ":%04X" % port
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            parts = line.split()
+            if len(parts) > 3 and parts[1].endswith(want) and parts[3] == "0A":
+                h = parts[1].split(":")[0]
+                out.add(".".join(str(int(h[k:k + 2], 16)) for k in (6, 4, 2, 0)))
+    return out
+
+
+def start_slurmds(c, timeout=120.0):
+    """Start the slurmds not running, START_BATCH at a time, then wait until
+    every one listens on its address; rename the namespaces of those started."""
+    todo = [i for i in range(1, c.n + 1) if not c.slurmd(i).pid()]
+    if not todo:
+        return 0
+    c.out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("SLURM_CONF", None)
+    log = open(c.out_dir / "slurmd.start.out", "w")
+    procs = []
+    for i in todo:
+        d = c.slurmd(i)
+        if d.pidfile.exists():
+            d.pidfile.unlink()
+        procs.append((i, subprocess.Popen(d.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          env=env, start_new_session=True)))
+        if len(procs) >= START_BATCH:
+            for j, p in procs:
+                if p.wait(timeout=60) != 0:
+                    raise dc.DevClusterError("scale: slurmd %s exited %d\n%s" % (node_name(j), p.returncode,
+                                                                                dc.tail(c.out_dir / "slurmd.start.out")))
+            procs = []
+    for j, p in procs:
+        if p.wait(timeout=60) != 0:
+            raise dc.DevClusterError("scale: slurmd %s exited %d" % (node_name(j), p.returncode))
+    log.close()
+    wanted = {node_addr(i): i for i in todo}
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = set(wanted) - listening_addrs(SLURMD_PORT)
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            first = wanted[sorted(missing)[0]]
+            raise dc.DevClusterError("scale: %d slurmds not listening after %ds (e.g. %s):\n%s"
+                                     % (len(missing), timeout, node_name(first),
+                                        dc.tail(c.slurmd(first).log)))
+        time.sleep(0.2)
+    pids = []
+    for i in todo:
+        pid = c.slurmd(i).pid()
+        if not pid:
+            raise dc.DevClusterError("scale: slurmd %s listens but its pid file names no live slurmd" % node_name(i))
+        pids.append(pid)
+    rename_uts(pids)
+    return len(todo)
+
+
+def node_states(c):
+    p = dc.run(["sinfo", "-h", "-o", "%T %D"], env=c.env(), check=False, timeout=60)
+    states = {}
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = states.get(parts[0], 0) + int(parts[1])
+    return states
+
+
+def wait_idle(c, timeout):
+    """Until all N nodes are idle; nodes down at boot (no reason, or 'Not
+    responding') are resumed, others left alone (as devcluster.py does)."""
+    deadline = time.monotonic() + timeout
+    resumed = 0.0
+    while True:
+        conds = dc.node_conditions(c)
+        idle = sum(1 for n in c.nodes if conds.get(n, ("?", ""))[0] == "idle")
+        if idle == c.n:
+            return
+        down = [n for n in c.nodes if dc.unavailable(conds.get(n, ("?", ""))[0])
+                and dc.resumable_by_us(*conds.get(n, ("?", "")))]
+        if down and time.monotonic() - resumed > 5:
+            resumed = time.monotonic()
+            dc.run(["scontrol", "update", "NodeName=%s" % ",".join(down), "State=RESUME"],
+                   env=c.env(), check=False)
+        if time.monotonic() > deadline:
+            others = {}
+            for n in c.nodes:
+                st = conds.get(n, ("unknown", ""))[0]
+                if st != "idle":
+                    others[st] = others.get(st, 0) + 1
+            raise dc.DevClusterError("scale: %d of %d nodes idle after %ds (%s)\n%s" % (
+                idle, c.n, timeout, others, dc.tail(c.ctld_dir / "slurmctld.log", 15)))
+        time.sleep(0.3)
+
+
+def rss_mb(pids):
+    """Proportional set size (MB): N slurmds share libslurm's pages, which
+    RSS would count N times (5.8 MB each at 256 nodes, most of it shared)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path("/proc/%d/smaps_rollup" % pid).read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024.0
+
+
+def recorded_n():
+    try:
+        return int(json.loads(SCALE_JSON.read_text())["nodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def all_daemons(n):
+    c = Scale(n)
+    return c, [c.slurmd(i) for i in range(1, n + 1)] + [c.slurmctld(), c.munged()]
+
+
+def cmd_up(n):
+    t0 = time.monotonic()
+    dc.need_programs()
+    raise_nofile()
+    old = recorded_n()
+    if old is not None and old != n:
+        say("scale: was %d nodes, now %d: stopping the old cluster, state cleared" % (old, n))
+        cmd_down(clear=True)
+    c = Scale(n)
+    for d in (c.etc, c.ctld_dir / "state", c.slurmd_dir, c.dev_dir, c.out_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    for node in c.nodes:
+        (c.slurmd_dir / node).mkdir(exist_ok=True)
+    c.munge_dir.mkdir(mode=0o700, exist_ok=True)
+    for g in range(GPUS):
+        dc.make_fake_device(c.dev_dir / ("nvidia%d" % g))
+    if not c.munge_key.exists():
+        dc.run(["mungekey", "-c", "-k", str(c.munge_key)])
+        os.chmod(c.munge_key, 0o600)
+    changed = dc.write_if_changed(c.slurm_conf, c.render_slurm_conf())
+    changed |= dc.write_if_changed(c.gres_conf, c.render_gres_conf())
+    changed |= dc.write_if_changed(c.topology_conf, c.render_topology_conf())
+    dc.write_if_changed(SITE_YAML, c.render_site())
+    dc.write_if_changed(SCALE_JSON, json.dumps(c.describe(), indent=2, sort_keys=True) + "\n")
+    if changed:
+        running = [d for d in [c.slurmctld()] + [c.slurmd(i) for i in range(1, n + 1)] if d.pid()]
+        if running:
+            say("scale: config changed, restarting %d daemons" % len(running))
+            for d in running:
+                d.stop()
+    dc.start_daemon(c.munged())
+    dc.start_daemon(c.slurmctld())
+    dc.wait_ctld(c, timeout=60)
+    t1 = time.monotonic()
+    started = start_slurmds(c)
+    t2 = time.monotonic()
+    # Registration of N nodes takes a while on two cores: a generous wait.
+    wait_idle(c, timeout=max(60.0, n * 0.25))
+    t3 = time.monotonic()
+    pids = [d.pid() for d in [c.slurmctld(), c.munged()]]
+    slurmd_pids = [c.slurmd(i).pid() for i in range(1, n + 1)]
+    mem = {"slurmctld_mb": round(rss_mb(pids[:1]), 1), "munged_mb": round(rss_mb(pids[1:]), 1),
+           "slurmds_mb": round(rss_mb(slurmd_pids), 1)}
+    mem["total_mb"] = round(sum(mem.values()), 1)
+    timing = {"up_s": round(t3 - t0, 2), "ctld_s": round(t1 - t0, 2), "slurmds_s": round(t2 - t1, 2),
+              "idle_s": round(t3 - t2, 2), "slurmds_started": started}
+    desc = c.describe()
+    desc.update(started_at=time.time(), timing=timing, memory=mem)
+    dc.write_if_changed(SCALE_JSON, json.dumps(desc, indent=2, sort_keys=True) + "\n")
+    say("scale: %s idle: %d nodes up in %.1fs (slurmds %.1fs, registration %.1fs); PSS %.0f MB "
+        "(slurmctld %.0f, slurmds %.0f); SLURM_CONF=%s; site %s"
+        % (c.nodelist, n, t3 - t0, t2 - t1, t3 - t2, mem["total_mb"], mem["slurmctld_mb"],
+           mem["slurmds_mb"], c.slurm_conf, SITE_YAML))
+    return 0
+
+
+def cmd_down(clear=False):
+    n = recorded_n()
+    if n is None:
+        say("scale: not set up")
+        return 0
+    c, daemons = all_daemons(n)
+    ctld = c.slurmctld()
+    if ctld.pid():
+        # Live jobs first: slurmctld would keep them in its state for the next start.
+        dc.run(["scancel", "--quiet", "--partition=gpu"], env=c.env(), check=False, timeout=60)
+    stopped = 0
+    # SIGTERM to every slurmd at once, then wait: stopping 1,024 one by one is minutes.
+    pids = []
+    for d in daemons[:-2]:
+        pid = d.pid()
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            pids.append((d, pid))
+    deadline = time.monotonic() + 30
+    for d, pid in pids:
+        while time.monotonic() < deadline and d.is_ours(pid):
+            time.sleep(0.05)
+        if d.is_ours(pid):
+            os.kill(pid, signal.SIGKILL)
+        stopped += 1
+    for d in daemons[-2:]:
+        if d.stop():
+            stopped += 1
+    if clear:
+        for sub in ("ctld", "slurmd", "out"):
+            shutil.rmtree(str(STATE / sub), ignore_errors=True)
+    say("scale: stopped %d daemons" % stopped)
+    return 0
+
+
+def cmd_status():
+    n = recorded_n()
+    if n is None:
+        say("scale: not set up")
+        return 1
+    c, daemons = all_daemons(n)
+    alive = sum(1 for d in daemons[:-2] if d.pid())
+    ctld = bool(c.slurmctld().pid()) and dc.ctld_up(c)
+    say("scale: %d nodes; slurmctld %s; munged %s; slurmds %d/%d running"
+        % (n, "up" if ctld else "DOWN", "up" if c.munged().pid() else "DOWN", alive, n))
+    if ctld:
+        say("scale: node states %s" % node_states(c))
+    return 0 if ctld and alive == n else 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("up", help="start (or resize to) N nodes and wait until all are idle")
+    p.add_argument("nodes", type=int, nargs="?", default=256)
+    sub.add_parser("down", help="stop everything scale.py started")
+    sub.add_parser("status", help="daemons and node states")
+    sub.add_parser("env", help="print export SLURM_CONF=...")
+    args = ap.parse_args(argv)
+    if args.cmd == "env":
+        print("export SLURM_CONF=%s" % shlex.quote(str(STATE / "etc" / "slurm.conf")))
+        return 0
+    STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if args.cmd == "up":
+                return cmd_up(args.nodes)
+            if args.cmd == "down":
+                return cmd_down()
+            return cmd_status()
+        except dc.DevClusterError as e:
+            print("scale: error: %s" % e, file=sys.stderr, flush=True)
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
