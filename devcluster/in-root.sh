@@ -73,6 +73,9 @@ bind() {  # bind SRC DST [ro]
     if [ "${3:-}" = ro ]; then mount -o remount,bind,ro "$2"; fi
 }
 if [ "$root" != / ]; then
+    # The root a mount point of its own: the mount table seen inside (paths
+    # relative to the chroot) then has "/", as on a machine of that release.
+    mount --bind "$root" "$root"
     bind /dev "$root/dev"
     bind /proc "$root/proc"
     bind /sys "$root/sys"
