@@ -230,7 +230,8 @@ JOB_OPTIONS = [
                       "character but letters, digits, '.', '_' and '-' made '_')."),
     click.option("--nodelist", "-w", metavar="NODES", callback=text_value,
                  help="Run on these nodes (a Slurm hostlist such as an[1-2]), e.g. to pin a job to a node."),
-    click.option("--exclude", "-x", metavar="NODES", callback=text_value,
+    click.option("--exclude", "-x", metavar="NODES", callback=lambda ctx, param, value: _hostlist_names(
+                     ctx, param, text_value(ctx, param, value)),
                  help="Never run on these nodes (a Slurm hostlist such as an[3-4])."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
     click.option("--token", metavar="TOKEN", callback=text_value,
@@ -256,16 +257,46 @@ def job_spec_from(kwargs):
         switches=kwargs.pop("switches"), template=kwargs.pop("template"), name=kwargs.pop("job_name"),
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
         exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"),
-        nodelist=kwargs.pop("nodelist"), exclude=_hostlist_names(kwargs.pop("exclude")))
+        nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"))
 
 
-def _hostlist_names(expression):
-    """``an[3-4],bn1`` as the tuple of node names; empty without a value."""
+# More node names than any cluster has: a range beyond it is a typo (an[1-99999999]), and
+# expanding it would take minutes and gigabytes.
+MAX_HOSTLIST_NAMES = 100000
+
+
+def hostlist_size(expression):
+    """An upper bound of the names ``expression`` expands to, counted without expanding it."""
+    total = 0
+    for item in re.split(r",(?![^\[]*\])", expression):        # commas outside brackets
+        count = 1
+        for inside in re.findall(r"\[([^\]]*)\]", item):
+            size = 0
+            for part in inside.split(","):
+                low, dash, high = part.partition("-")
+                if dash and low.isascii() and low.isdigit() and high.isascii() and high.isdigit():
+                    size += max(int(high) - int(low) + 1, 1)
+                else:
+                    size += 1
+            count *= size
+        total += count
+    return total
+
+
+def _hostlist_names(ctx, param, expression):
+    """``an[3-4],bn1`` as the tuple of node names; empty without a value; a bad hostlist names the option."""
     if not expression:
         return ()
+    if hostlist_size(expression) > MAX_HOSTLIST_NAMES:
+        raise click.BadParameter("%r names more than %d nodes; check the ranges" % (expression, MAX_HOSTLIST_NAMES),
+                                 ctx=ctx, param=param)
     from slurmkit.slurm import hostlist
 
-    return tuple(hostlist.expand(expression))
+    try:
+        return tuple(hostlist.expand(expression))
+    except Exception as exc:  # ClusterShell's NodeSetParseError and its kin: a malformed expression
+        raise click.BadParameter("%r is not a Slurm hostlist such as an[3-4],bn1 (%s)" % (expression, exc),
+                                 ctx=ctx, param=param) from None
 
 
 def pass_session(func):

@@ -51,6 +51,12 @@ def submit_anywhere(session, spec, cluster: Optional[str] = None,
         return SubmitOutcome(jobs.submit(session, spec, cluster, partition))
     from slurmkit.federation import planner
 
-    names = None if cluster in (None, "auto") else [c.strip() for c in cluster.split(",") if c.strip()]
+    names = None if cluster is None or cluster.strip() == "auto" else [c.strip() for c in cluster.split(",")]
+    if names is not None and not all(names):
+        # "a,,b" or "," is a slip: read as "every cluster" it would send the job anywhere.
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--cluster %r has an empty name; give cluster names separated by commas, or 'auto'"
+                         % cluster)
     placement = planner.submit_best(session, spec, names, partition, planner.parse_accel(accel), dry_run=dry_run)
     return SubmitOutcome(placement.submission, placement)
