@@ -58,5 +58,11 @@ def submit_anywhere(session, spec, cluster: Optional[str] = None,
 
         raise UsageError("--cluster %r has an empty name; give cluster names separated by commas, or 'auto'"
                          % cluster)
-    placement = planner.submit_best(session, spec, names, partition, planner.parse_accel(accel), dry_run=dry_run)
+    wanted = planner.parse_accel(accel)
+    if accel is not None and (not wanted or len(wanted) != len(accel.split(","))):
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--accel %r has an empty name; give models or vendors separated by commas, e.g. h100,a100"
+                         % accel)
+    placement = planner.submit_best(session, spec, names, partition, wanted, dry_run=dry_run)
     return SubmitOutcome(placement.submission, placement)
