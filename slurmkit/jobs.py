@@ -224,7 +224,13 @@ def check_output_place(session: Session, rendered: RenderedJob, cwd: Optional[st
 
     if rendered.output is None or reach(session.site.cluster(rendered.cluster)) != "local":
         return
-    problem = output_place_problem(rendered.output, cwd or os.getcwd(), rendered.name)
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError as exc:   # the directory was removed under the shell
+            raise UsageError("the working directory cannot be used (%s): cd to an existing directory, where the "
+                             "job's output file goes" % (exc.strerror or exc)) from None
+    problem = output_place_problem(rendered.output, cwd, rendered.name)
     if problem:
         raise UsageError(problem)
 

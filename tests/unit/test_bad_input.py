@@ -243,6 +243,23 @@ def test_an_unwritable_working_directory_is_refused(tmp_path, monkeypatch):
     assert "directory %s is not writable" % tmp_path in jobs.output_place_problem(str(tmp_path) + "/x", "/")
 
 
+def test_a_removed_working_directory_is_refused_before_sbatch(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    alpha = FakeSlurm("alpha", nodes=["an1"])
+    with pytest.raises(UsageError, match="the working directory cannot be used"):
+        jobs.submit(fake_session(alpha=alpha), SPEC)
+    assert alpha.table == {}
+
+
+def test_templates_lists_an_unreadable_template_without_failing(tmp_path, capsys):
+    site = _site_with_template(tmp_path, {"latin.sh.j2": b"{# caf\xe9 #}\n"})
+    path = rendering.available_templates(site)["latin"]
+    assert rendering.template_description(path).startswith("(unreadable: not UTF-8")
+
+
 def test_submit_refuses_before_sbatch_on_a_local_cluster(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     alpha = FakeSlurm("alpha", nodes=["an1"])
