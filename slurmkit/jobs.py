@@ -255,9 +255,13 @@ def output_place_problem(pattern: str, cwd: str, name: str = "") -> Optional[str
     directory = os.path.dirname(path)
     if "%" not in directory.replace("%%", ""):           # no part of it depends on the job
         directory = directory.replace("%%", "%")
-        if not os.path.exists(directory):
+        try:
+            os.stat(directory)
+        except FileNotFoundError:
             return ("%s: directory %s does not exist, so Slurm could not create the output file and the job would "
                     "fail without a trace; create it first (mkdir -p %s)" % (where, directory, directory))
+        except OSError as exc:   # EACCES on a directory above it, ELOOP, ...
+            return "%s: directory %s cannot be reached (%s)" % (where, directory, exc.strerror or exc)
         if not os.path.isdir(directory):
             return "%s: %s is not a directory" % (where, directory)
         if not os.access(directory, os.W_OK | os.X_OK):

@@ -150,6 +150,52 @@ def test_an_output_slurm_could_not_create_is_refused_before_sbatch(devcluster, t
         assert jobs_with_token("alpha", token) == []                   # nothing reached Slurm
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _as_nobody_possible():
+    import shutil
+
+    if os.getuid() != 0 or not shutil.which("setpriv") or not os.path.exists(SYSTEM_PYTHON):
+        return False
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                           text=True)
+    return probe.stdout.strip() == str(tuple(sys.version_info[:2]))
+
+
+@pytest.mark.skipif(not _as_nobody_possible(), reason="needs root, setpriv and a system Python of this version to "
+                                                       "run slurmkit as user nobody")
+def test_an_unwritable_working_directory_is_refused_for_a_real_user(devcluster, tmp_path):
+    # root may write anywhere, so the check is seen only as another user: nobody, in a directory of root's.
+    import shutil
+    import site as pysite
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="slurmkit-nobody-", dir="/tmp"))   # pytest's own tmp is closed to others
+    top.chmod(0o755)
+    workdir = top / "roots"
+    workdir.mkdir()
+    closed = top / "closed"
+    closed.mkdir(mode=0o700)
+    cache = top / "nobody-cache"
+    cache.mkdir()
+    os.chown(cache, 65534, 65534)
+    paths = [str(ROOT)] + [p for p in pysite.getsitepackages() if p.startswith(sys.prefix)]
+    env = dict(os.environ, HOME=str(cache), SLURMKIT_CACHE_DIR=str(cache / "c"), PYTHONPATH=":".join(paths),
+               SLURMKIT_SITE=SITE)
+    try:
+        for extra, needle in [([], "the working directory %s is not writable" % workdir),
+                              (["-o", str(workdir / "x-%j.out")], "directory %s is not writable" % workdir),
+                              (["-o", str(closed / "sub" / "x-%j.out")], "cannot be reached (Permission denied)")]:
+            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PYTHON,
+                                   "-m", "slurmkit", "submit", *CPU, *extra, "--", "true"], capture_output=True,
+                                  text=True, cwd=str(workdir), env=env, timeout=60)
+            line = one_error_line(proc.stderr)
+            assert proc.returncode == 2 and needle in line and proc.stdout == "", proc.stderr
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_over_ssh_a_job_that_could_not_write_its_output_says_why(devcluster, tmp_path):
     # Over SSH the login node's file system is not looked at before sbatch: the job fails, and wait says so.
     proc = slurmkit("submit", "--json", *CPU, "-o", str(tmp_path / "missing" / "o-%j.out"), "--", "true",

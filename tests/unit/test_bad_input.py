@@ -235,6 +235,12 @@ def test_an_output_that_can_be_created_or_depends_on_the_job_passes(tmp_path, pa
     assert jobs.output_place_problem(pattern.replace("{tmp}", str(tmp_path)), str(tmp_path), "exp") is None
 
 
+def test_a_directory_that_cannot_be_reached_is_said_so(tmp_path):
+    os.symlink("loop", tmp_path / "loop")                          # stat() fails with ELOOP, not ENOENT
+    problem = jobs.output_place_problem(str(tmp_path / "loop" / "x.out"), str(tmp_path))
+    assert "directory %s/loop cannot be reached" % tmp_path in problem
+
+
 def test_an_unwritable_working_directory_is_refused(tmp_path, monkeypatch):
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode))
