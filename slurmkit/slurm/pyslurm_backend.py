@@ -640,13 +640,23 @@ class PyslurmBackend(CommandBackend):
         """
         legacy = getattr(self._pyslurm, "job", None)
         try:
-            records = legacy().find_id(info.job_id) if callable(legacy) else []
+            records = self._legacy_find(legacy, info.job_id) if callable(legacy) else []
             text = str(records[0]["exit_code"]) if records else ""
             code = int(text.partition(":")[0])
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             return info
         exit_code, signal = parsers.decode_exit("%d:0" % code)
         return replace(info, exit_code=exit_code, signal=signal)
+
+    @staticmethod
+    def _legacy_find(legacy, job_id):
+        """``pyslurm.job().find_id``: 24.11's (deprecated.pyx) wants the id as an
+        int ("TypeError: an integer is required" for a string, which left the
+        cut status in place); 22.5's took the text."""
+        try:
+            return legacy().find_id(int(job_id))
+        except TypeError:
+            return legacy().find_id(str(job_id))
 
     def cancel(self, job_ids):
         """SIGKILL each job; a job that already ended or is unknown is not an error.
