@@ -449,6 +449,47 @@ def rss_mb(pids):
     return total / 1024.0
 
 
+# sdiag message types that the daemons and running jobs send slurmctld on
+# their own (registrations, job and step ends), and sdiag's own request: not
+# what a client command costs.
+DAEMON_RPCS = frozenset([
+    "MESSAGE_NODE_REGISTRATION_STATUS", "MESSAGE_EPILOG_COMPLETE", "REQUEST_COMPLETE_BATCH_SCRIPT",
+    "REQUEST_STEP_COMPLETE", "REQUEST_COMPLETE_PROLOG", "REQUEST_STATS_INFO", "REQUEST_HET_JOB_ALLOC_INFO",
+    "REQUEST_JOB_STEP_CREATE", "REQUEST_UPDATE_JOB_STEP", "MESSAGE_COMPOSITE", "REQUEST_BATCH_SCRIPT_ROUTE",
+])
+
+
+def rpc_counts(env, settle=0.5):
+    """{message type: count} from sdiag's "by message type" table, client
+    types only (DAEMON_RPCS left out).  Diff two of these around a command for
+    the RPCs it cost slurmctld; sdiag -r is avoided (it would zero the
+    counters for anyone else watching).
+
+    settle: seconds to wait first.  slurmctld counts an RPC only after it has
+    answered it, so the last RPC of a command that just exited may not be
+    counted yet (seen: a test's earlier `scontrol show job` counted in the
+    next command's diff on a busy two-core machine)."""
+    time.sleep(settle)
+    p = dc.run(["sdiag"], env=env, timeout=60)
+    counts, inside = {}, False
+    for line in p.stdout.splitlines():
+        if line.startswith("Remote Procedure Call statistics by message type"):
+            inside = True
+            continue
+        if inside and line.startswith("Remote Procedure Call statistics by user"):
+            break
+        parts = line.split()
+        if inside and len(parts) >= 4 and parts[-3].startswith("count:"):
+            if parts[0] not in DAEMON_RPCS:
+                counts[parts[0]] = int(parts[-3].split(":", 1)[1])
+    return counts
+
+
+def rpc_diff(before, after):
+    """{type: n} of the RPCs between two rpc_counts (types with n > 0)."""
+    return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+
+
 def recorded_n():
     try:
         return int(json.loads(SCALE_JSON.read_text())["nodes"])

@@ -1,0 +1,222 @@
+"""slurmkit on a cluster of realistic shape: devcluster/scale.py's N real slurmds.
+
+256 nodes by default (SCALE_TEST_NODES to change; at least 256, so that
+there are two spines), a three-level tree (16 nodes per leaf, 8 leaves per
+spine, one core), 8 fake GPUs per node.  Placement is checked on real
+allocations: the NodeList slurmctld gave each job (``scontrol show job``)
+against the switches slurmctld itself reports (``scontrol show topology``),
+not against the rendered script.  The cost of ``status`` is counted in
+slurmctld RPCs (``sdiag``) with and without thousands of other jobs queued.
+
+The module starts the cluster (about 5 s at 256 nodes) unless one of at least
+that size already runs, and stops what it started.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmkit.slurm import hostlist
+
+REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO / "devcluster"))
+import scale  # noqa: E402  (devcluster/scale.py: paths, sdiag counting)
+
+NODES = int(os.environ.get("SCALE_TEST_NODES", "256"))
+SITE = str(scale.SITE_YAML)
+# Job output in the cluster's state directory, not pytest's tmp_path: a later
+# `slurmkit status` warns about every job whose output directory is gone.
+OUT = scale.STATE / "out" / "jobs"
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE"}
+
+
+def run(argv, env, timeout=120, check=True):
+    p = subprocess.run([str(a) for a in argv], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("%s exited %d:\n%s%s" % (" ".join(map(str, argv)), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(env with SLURM_CONF of the scale cluster, its node count); started here unless running."""
+    if os.geteuid() != 0:
+        pytest.skip("the scale cluster runs as root")
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(scale.STATE / "etc" / "slurm.conf")
+    for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
+        env.pop(var, None)
+    running = scale.recorded_n()
+    ours = not (running is not None and running >= NODES
+                and run([sys.executable, scale.__file__, "status"], env, check=False).returncode == 0)
+    if ours:
+        t0 = time.monotonic()
+        p = run([sys.executable, scale.__file__, "up", str(NODES)], env, timeout=300, check=False)
+        assert p.returncode == 0, "scale.py up %d failed:\n%s%s" % (NODES, p.stdout, p.stderr)
+        print("scale cluster of %d nodes up in %.1fs" % (NODES, time.monotonic() - t0))
+    n = scale.recorded_n()
+    OUT.mkdir(parents=True, exist_ok=True)
+    try:
+        yield env, n
+    finally:
+        run(["scancel", "--quiet", "--partition=gpu"], env, check=False)
+        if ours:
+            run([sys.executable, scale.__file__, "down"], env, timeout=120, check=False)
+
+
+def switches(env):
+    """{switch: (level, set of nodes, [child switches])} as slurmctld reports them."""
+    out = {}
+    for line in run(["scontrol", "show", "topology"], env).stdout.splitlines():
+        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "SwitchName" in kv:
+            out[kv["SwitchName"]] = (int(kv["Level"]), set(hostlist.expand(kv.get("Nodes", ""))),
+                                     hostlist.expand(kv["Switches"]) if kv.get("Switches") else [])
+    return out
+
+
+def job(env, job_id):
+    text = run(["scontrol", "show", "job", "-o", job_id], env).stdout
+    return dict(w.split("=", 1) for w in text.split() if "=" in w)
+
+
+def wait_finished(env, job_id, timeout=120):
+    deadline = time.monotonic() + timeout
+    while True:
+        info = job(env, job_id)
+        if info["JobState"] in FINISHED:
+            return info
+        assert time.monotonic() < deadline, "job %s still %s (%s) after %ds" % (
+            job_id, info["JobState"], info.get("Reason"), timeout)
+        time.sleep(0.5)
+
+
+def submit_heavy(env, nodes):
+    """slurmkit submit --comm heavy of an srun step of `true` on every node: (job id, switches asked)."""
+    p = run([sys.executable, "-m", "slurmkit", "submit", "--site", SITE, "-T", "srun", "-N", nodes,
+             "--procs-per-node", "1", "--comm", "heavy", "--output", str(OUT / "%j.out"), "--json",
+             "--", "true"], env)
+    out = json.loads(p.stdout)
+    return out["job_id"], out["switches"]
+
+
+def leaves_used(topo, nodes):
+    return sorted(name for name, (level, members, _) in topo.items() if level == 0 and members & nodes)
+
+
+def test_heavy_jobs_of_16_and_32_nodes_get_one_and_two_leaves(cluster):
+    env, _ = cluster
+    topo = switches(env)
+    assert sorted({len(m) for lvl, m, _ in topo.values() if lvl == 0}) == [16]
+    jobs = {n: submit_heavy(env, n) for n in (16, 32)}
+    assert {n: sw for n, (_, sw) in jobs.items()} == {16: 1, 32: 2}
+    for n, (job_id, _) in jobs.items():
+        info = wait_finished(env, job_id)
+        assert info["JobState"] == "COMPLETED", info
+        assert info["Switches"].startswith("%d@" % (n // 16)), info["Switches"]
+        nodes = set(hostlist.expand(info["NodeList"]))
+        assert len(nodes) == n
+        # A full leaf per 16 nodes: no node outside the leaves the job asked for.
+        assert len(leaves_used(topo, nodes)) == n // 16, (n, info["NodeList"], leaves_used(topo, nodes))
+
+
+def test_heavy_job_of_64_nodes_gets_four_whole_leaves_around_busy_ones(cluster):
+    """With the first spine's first four leaves and half its fifth busy (56 of
+    its 128 nodes left), the 64-node job (slurmkit asks --switches=4) must
+    start at once on four whole free leaves, none of them busy ones.
+
+    Whether those four leaves sit under one spine is Slurm's choice, which
+    --switches does not make: on this cluster Slurm 22.05 gave
+    sn[0081-0144], the first spine's three free leaves and one of the
+    second's, while the second spine had eight free leaves.  (With one busy
+    node in each of five leaves of the first spine instead, Slurm kept the job
+    pending for the whole switch wait, 2 min, then ran it on five leaves.)  The
+    test says xfail when the job spans spines, so that the day Slurm or
+    slurmkit keeps it under one, it shows."""
+    env, n = cluster
+    if n < 256:
+        pytest.skip("needs two spines (256 nodes)")
+    topo = switches(env)
+    spine_ids = sorted(name for name, (lvl, _, _) in topo.items() if lvl == 1)
+    first_leaves = topo[spine_ids[0]][2]
+    blockers = sorted(set().union(*(topo[leaf][1] for leaf in first_leaves[:4])))
+    blockers += sorted(topo[first_leaves[4]][1])[:8]
+    p = run(["sbatch", "--parsable", "--exclusive", "-N", len(blockers), "-w", ",".join(blockers), "-t", "10",
+             "-o", "/dev/null", "--wrap", "sleep 600"], env)
+    blocker = p.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while job(env, blocker)["JobState"] != "RUNNING":
+            assert time.monotonic() < deadline, job(env, blocker)
+            time.sleep(0.3)
+        job_id, asked = submit_heavy(env, 64)
+        assert asked == 4
+        # Well within the switch wait (2 min): a job pending for its switches fails here.
+        info = wait_finished(env, job_id, timeout=60)
+        assert info["JobState"] == "COMPLETED", info
+        nodes = set(hostlist.expand(info["NodeList"]))
+        assert len(nodes) == 64 and not nodes & set(blockers)
+        leaves = leaves_used(topo, nodes)
+        assert len(leaves) == 4, (info["NodeList"], leaves)
+        spines = [s for s in spine_ids if nodes & topo[s][1]]
+        if len(spines) > 1:
+            pytest.xfail("Slurm 22.05 placed the 4 leaves under %d spines (%s: %s)"
+                         % (len(spines), info["NodeList"], ", ".join(leaves)))
+    finally:
+        run(["scancel", blocker], env, check=False)
+
+
+def test_status_costs_the_same_rpcs_among_thousands_of_other_jobs(cluster):
+    env, _ = cluster
+    ids = ["scale:%s" % submit_heavy(env, 16)[0] for _ in range(2)]
+    for i in ids:
+        wait_finished(env, i.split(":")[1])
+
+    def cost(argv):
+        before = scale.rpc_counts(env)
+        p = run([sys.executable, "-m", "slurmkit"] + argv + ["--site", SITE, "--json"], env)
+        after = scale.rpc_counts(env)
+        return scale.rpc_diff(before, after), json.loads(p.stdout)
+
+    alone_ids, shown = cost(["status"] + ids)
+    assert sorted(j["id"] for j in shown["jobs"]) == sorted(ids)
+    alone_mine, _ = cost(["status"])
+    # 2,000 queued jobs of the same user that are not slurmkit's, in one RPC (an array, held).
+    others = run(["sbatch", "--parsable", "--hold", "--array=0-1999", "-o", "/dev/null", "--wrap", "true"],
+                 env).stdout.strip()
+    try:
+        assert run(["squeue", "-h", "-r", "-j", others, "-o", "%i"], env).stdout.count("\n") == 2000
+        crowd_ids, shown = cost(["status"] + ids)
+        assert sorted(j["id"] for j in shown["jobs"]) == sorted(ids)
+        crowd_mine, shown = cost(["status"])
+        assert not any(j["id"].startswith("scale:%s_" % others) for j in shown["jobs"])
+    finally:
+        run(["scancel", others], env, check=False)
+    assert crowd_ids == alone_ids and crowd_mine == alone_mine, (alone_ids, crowd_ids, alone_mine, crowd_mine)
+    # One job list (REQUEST_JOB_INFO: squeue, or pyslurm's slurm_load_jobs)...
+    assert crowd_ids.get("REQUEST_JOB_INFO") == 1 and crowd_mine.get("REQUEST_JOB_INFO") == 1
+    # ... and, with pyslurm, one slurm_load_job (+ its federation look-up) per job
+    # of yours that ended other than COMPLETED, to read its exit status whole
+    # (pyslurm_backend._exact_exit): per job of yours, never per job of
+    # anyone else (the equality above).
+    for cost_of in (crowd_ids, crowd_mine):
+        extra = {k: v for k, v in cost_of.items() if k != "REQUEST_JOB_INFO"}
+        assert set(extra) <= {"REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO"}, cost_of
+
+
+def test_topology_is_one_line_per_switch_by_default_and_every_node_on_request(cluster):
+    env, n = cluster
+    topo = switches(env)
+    p = run([sys.executable, "-m", "slurmkit", "topology", "--site", SITE], env)
+    lines = p.stdout.splitlines()
+    assert len(lines) == 1 + len(topo)  # header + one line per switch
+    assert "%d nodes" % n in lines[1] and "/%d" % (8 * n) in lines[1]
+    detail = run([sys.executable, "-m", "slurmkit", "topology", "--site", SITE, "--detail"], env).stdout
+    assert len(detail.splitlines()) == 1 + len(topo) + n
