@@ -102,3 +102,19 @@ TEST_RELEASES ?= 24.11 26.05 mixed
 .PHONY: test-releases
 test-releases: venv compile install-system
 	bash scripts/releases/test-releases.sh $(TEST_RELEASES)
+
+# The large opt-in cluster of devcluster/scale.py (issue 13): N real slurmds
+# on 127.0.64-73.x in a three-level tree; nothing of it starts unless asked.
+# cluster-down stops it too.  bench-scale starts it at 64, 256 and 1,024 nodes
+# in turn (SCALE_SIZES, SCALE_QUEUE held jobs) and stops it.
+N ?= 256
+.PHONY: scale-up scale-down scale-status bench-scale
+scale-up: install-system
+	$(PYTHON) devcluster/scale.py up $(N)
+scale-down:
+	$(PYTHON) devcluster/scale.py down
+scale-status:
+	$(PYTHON) devcluster/scale.py status
+cluster-down: scale-down
+bench-scale: venv compile install-system
+	$(PY) bench/bench_scale.py
