@@ -485,8 +485,6 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     ``comm='heavy'`` without an explicit ``spec.switches``; when given, its
     ``max_switch_wait`` caps the wait of ``--switches``.
     """
-    import jinja2
-
     if not spec.command:
         raise UsageError("no command given; put it after '--', e.g. slurmkit submit -- python train.py")
     if not spec.command[0].strip():
