@@ -119,11 +119,11 @@ TRACKER = "latest_checkpointed_iteration.txt"
 DCP_METADATA = ".metadata"
 
 # The step is in the name: step-000120, iter_0000120, checkpoint-120, global_step120, ckpt_120.
-_NAME = re.compile(r"^(?:step|iter|checkpoint|global_step|ckpt)[-_]?(\d+)$")
-_FILE = re.compile(r"^(?:step|iter|checkpoint|global_step|ckpt)[-_]?(\d+)(\.[A-Za-z0-9]+)+$")
+_NAME = re.compile(r"^(?:step|iter|checkpoint|global_step|ckpt)[-_]?([0-9]+)\Z")
+_FILE = re.compile(r"^(?:step|iter|checkpoint|global_step|ckpt)[-_]?([0-9]+)(\.[A-Za-z0-9]+)+\Z")
 # Names a writer uses before its rename: .step-000120.tmp-<tag>, step-120.pt.tmp,
 # .step-000120.old-<pid> (a replaced checkpoint on its way out).
-_TEMP = re.compile(r"^\.?(?P<base>.*?)\.(?:tmp|old|partial)(?:[-.].*)?$")
+_TEMP = re.compile(r"^\.?(?P<base>.*?)\.(?:tmp|old|partial)(?:[-.].*)?\Z", re.S)
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _ZIP_MAGIC = b"PK\x03\x04"
 

@@ -95,6 +95,13 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
         return CommandBackend(SSHRunner(cluster.login, cluster.name), cluster.name, submit_once=True)
     from slurmkit.slurm.runner import LocalRunner
 
+    if cluster.slurm_conf and not os.path.exists(cluster.slurm_conf):
+        # Every Slurm command would retry for about a minute before saying so.
+        from slurmkit.errors import SlurmUnavailableError
+
+        raise SlurmUnavailableError("slurm_conf %s of cluster %s does not exist on this machine; run slurmkit where "
+                                    "the cluster's Slurm config is, or give the cluster a login node"
+                                    % (cluster.slurm_conf, cluster.name))
     runner = LocalRunner({"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else None)
     from slurmkit.slurm import pyslurm_installed
 

@@ -2,7 +2,7 @@
 
 import click
 
-from slurmkit.cli.options import CONTEXT, json_option, print_json
+from slurmkit.cli.options import CONTEXT, StrictFloat, StrictInt, json_option, print_json
 
 _JOURNAL = click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
                         help="The requeue journal (default: $SLURMKIT_STATE_DIR or ~/.local/state/slurmkit/"
@@ -22,9 +22,9 @@ def daemon():
 
 @daemon.command("run", context_settings=CONTEXT)
 @_JOURNAL
-@click.option("--interval", type=click.FloatRange(min=1), default=5.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=StrictFloat(min=1), default=5.0, show_default=True, metavar="SECONDS",
               help="Shortest time between polls (right after a change or near a job's time limit).")
-@click.option("--max-interval", type=click.FloatRange(min=1), default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--max-interval", type=StrictFloat(min=1), default=60.0, show_default=True, metavar="SECONDS",
               help="Longest time between polls while nothing changes.")
 def daemon_run(journal, interval, max_interval):
     """Run in the foreground until SIGTERM; SIGHUP reloads the site configs.
@@ -107,7 +107,7 @@ def jobs(ctx, journal, as_json, show_all):
 
 @jobs.command("stop", context_settings=CONTEXT)
 @click.option("--cancel", is_flag=True, help="Also cancel the job's running or pending attempt.")
-@click.argument("tracked_id", type=int, metavar="ID")
+@click.argument("tracked_id", type=StrictInt(min=1), metavar="ID")
 @click.pass_obj
 def jobs_stop(journal, cancel, tracked_id):
     """Stop tracking a job: the daemon leaves it alone from now on.

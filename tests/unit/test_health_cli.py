@@ -26,13 +26,14 @@ def run(*args, stdin=None, env=None, tmp_path=None):
 @pytest.fixture
 def site(tmp_path):
     (tmp_path / "scratch" / "c1").mkdir(parents=True)
+    (tmp_path / "slurm.conf").write_text("# the Slurm commands here are fakes on PATH (or missing)\n")
     path = tmp_path / "site.yaml"
     path.write_text(textwrap.dedent("""\
         site: t
         health: {check_timeout: 1}
         clusters:
           c:
-            slurm_conf: /nonexistent/slurm.conf
+            slurm_conf: %s/slurm.conf
             partitions:
               cpu:
                 accelerator: none
@@ -41,7 +42,7 @@ def site(tmp_path):
                   daemons: []
                   warn_load_per_core: null
                   mounts: [{path: %s/scratch/%%n, writable: true}]
-        """ % tmp_path))
+        """ % (tmp_path, tmp_path)))
     return str(path)
 
 

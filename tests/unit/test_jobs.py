@@ -227,3 +227,13 @@ def test_how_a_job_ended_is_said_with_its_reason():
         "FAILED (exit code 1, reason JobLaunchFailure)"
     assert how_it_ended({"state": "NODE_FAIL", "exit_code": None, "signal": None, "reason": "NodeDown"}) == \
         "NODE_FAIL (reason NodeDown)"
+
+
+def test_a_local_cluster_whose_slurm_conf_is_missing_fails_at_once(tmp_path):
+    """Without the check every Slurm command retries for about a minute before failing."""
+    from slurmkit.errors import SlurmUnavailableError
+    from slurmkit.session import make_backend
+    from slurmkit.site.model import Cluster
+
+    with pytest.raises(SlurmUnavailableError, match="slurm_conf %s/gone.conf of cluster c does not exist" % tmp_path):
+        make_backend(Cluster(name="c", partitions={}, slurm_conf=str(tmp_path / "gone.conf")))

@@ -12,7 +12,7 @@ import os
 import re
 import stat
 
-_DEVICE_RE = re.compile(r"^davinci\d+$")
+_DEVICE_RE = re.compile(r"^davinci[0-9]+\Z")
 
 
 def count_devices(device_dir: str = "/dev") -> dict:
