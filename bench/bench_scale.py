@@ -4,8 +4,8 @@
 At each size (SCALE_SIZES, default "64 256 1024") the scale cluster is
 started (its start time and memory are recorded), then each command below is
 run as a whole process (python -m slurmkit ..., what a user pays) several
-times, first with no other jobs, then with SCALE_QUEUE (default 10,000) held
-jobs queued (one ``sbatch --hold --array``, MaxArraySize being raised there):
+times, first with no other jobs, then with SCALE_QUEUE (default 10,000)
+separate held jobs queued (an array would be one record in slurmctld):
 
   clusters            is every cluster reachable (ping, partitions, nodes, queue)
   status IDS          two jobs by id
@@ -108,11 +108,9 @@ def one_size(n, env):
             time.sleep(0.5)
     result = {"nodes": n, "start": info["timing"], "memory": info["memory"], "queues": {}}
     for queued in (0, QUEUE):
-        array = None
         if queued:
             t0 = time.monotonic()
-            array = run(["sbatch", "--parsable", "--hold", "--array=0-%d" % (queued - 1), "-o", "/dev/null",
-                         "--wrap", "true"], env).stdout.strip()
+            scale.queue_held_jobs(env, queued, name="scale-others")
             print("  %d held jobs queued in %.1fs" % (queued, time.monotonic() - t0), flush=True)
         rows = {}
         try:
@@ -122,8 +120,8 @@ def one_size(n, env):
                                                                 rows[name]["rpcs"], rows[name]["rpc_types"]),
                       flush=True)
         finally:
-            if array:
-                run(["scancel", array], env, check=False)
+            if queued:
+                run(["scancel", "--name=scale-others"], env, check=False)
         result["queues"][str(queued)] = rows
     mem = scale.rss_mb([scale.Scale(n).slurmctld().pid()])
     result["slurmctld_pss_mb_after"] = round(mem, 1)
