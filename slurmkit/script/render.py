@@ -273,7 +273,7 @@ def check_fit(spec: JobSpec, partition: Partition, cluster: Cluster, gpus: int, 
         raise JobDoesNotFitError("the job asks for %d GPUs per node but %s has no accelerators" % (gpus, where))
     if gpus > partition.gpus_per_node:
         raise JobDoesNotFitError("the job asks for %d %s per node but %s has %d per node"
-                                 % (gpus, partition.gres_name or "gpu", where, partition.gpus_per_node))
+                                 % (gpus, gres_name(partition), where, partition.gpus_per_node))
     if spec.cpus_per_task is not None and spec.cpus_per_task > partition.cpus_per_node:
         raise JobDoesNotFitError("the job asks for %d CPUs per task but %s has %d CPUs per node"
                                  % (spec.cpus_per_task, where, partition.cpus_per_node))

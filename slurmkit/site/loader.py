@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Optional, Union
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -41,7 +41,7 @@ from slurmkit.errors import ConfigError
 from slurmkit.site import schema
 from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
                                  HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
-                                 RoceSettings, Site)
+                                 RoceSettings, Site, default_gres_name)
 from slurmkit.site.schema import INVALID
 
 try:  # the libyaml parser is much faster; both give the same nodes and marks
@@ -49,7 +49,7 @@ try:  # the libyaml parser is much faster; both give the same nodes and marks
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _YamlLoader
 
-__all__ = ["Problem", "load_site", "find_site", "validate_files"]
+__all__ = ["Problem", "load_site", "validate_files"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -658,7 +658,7 @@ def _build_partition(name, value):
         # The model's "no limit" is None; keep readers from parsing UNLIMITED.
         max_time=None if max_time is None or schema.is_unlimited(max_time) else max_time,
         fabric=_build_fabric(value.get("fabric")),
-        gres_name=value.get("gres_name") or schema.DEFAULT_GRES_NAME.get(accelerator),
+        gres_name=value.get("gres_name") or default_gres_name(accelerator),
         health=_build_partition_health(value.get("health")),
     )
 
@@ -674,14 +674,3 @@ def _build_fabric(value):
         roce=RoceSettings(**roce),
         env={key: str(val) for key, val in (value.get("env") or {}).items()},
     )
-
-
-# ---------------------------------------------------------------------------
-# Finding sites by name: see slurmkit.site.locate (kept free of YAML imports).
-
-def find_site(name_or_path):
-    # type: (PathLike) -> Site
-    """Load a site given by file path or by name (``<name>.yaml`` on the search path)."""
-    from slurmkit.site.locate import resolve_site_path
-
-    return load_site(resolve_site_path(name_or_path))

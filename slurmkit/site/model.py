@@ -162,9 +162,13 @@ class Partition(NamedTuple):
     @property
     def effective_gres_name(self):
         """The gres name jobs request (``--gres=NAME:TYPE:N``); None without accelerator."""
-        if self.gres_name:
-            return self.gres_name
-        return {"nvidia": "gpu", "ascend": "npu"}.get(self.accelerator)
+        return self.gres_name or default_gres_name(self.accelerator)
+
+
+def default_gres_name(accelerator: str) -> Optional[str]:
+    """The one rule for a partition without ``gres_name``: Ascend clusters schedule NPUs as
+    ``--gres=npu:N``, NVIDIA ones GPUs as ``gpu:N``; no accelerator, no gres."""
+    return {"nvidia": "gpu", "ascend": "npu"}.get(accelerator)
 
 
 class PriceWindow(NamedTuple):

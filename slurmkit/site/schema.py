@@ -66,9 +66,6 @@ class _Invalid(object):
 
 INVALID = _Invalid()
 
-# Default generic-resource name by accelerator: Ascend clusters schedule
-# NPUs as `--gres=npu:N`, NVIDIA ones as `--gres=gpu:N`.
-DEFAULT_GRES_NAME = {"nvidia": "gpu", "ascend": "npu"}
 
 # ---------------------------------------------------------------------------
 # Slurm time strings
@@ -340,7 +337,6 @@ def check_site(site):
 # ---------------------------------------------------------------------------
 # The schema
 
-TIME = {"type": "time"}
 
 ROCE = {
     "type": "mapping",

@@ -49,7 +49,7 @@ tok=$1
 f=$(mktemp) || exit 1
 trap 'rm -f "$f"' EXIT
 cat > "$f"
-if [ "$(tail -n 1 "$f")" != "# end of slurmkit job script" ]; then
+if [ "$(tail -n 1 "$f")" != "@TRAILER@" ]; then
   echo "sbatch: error: slurmkit: the job script arrived incomplete; nothing was submitted" >&2
   exit 3
 fi
@@ -66,7 +66,7 @@ if [ -n "$existing" ]; then
   exit 0
 fi
 sbatch --parsable "$f"
-"""
+""".replace("@TRAILER@", SCRIPT_TRAILER)   # one definition: the check is the renderer's own line
 
 
 def sbatch_once(token: str) -> List[str]:

@@ -162,3 +162,9 @@ def test_scheduler_parameter_values_and_flags():
     assert parsers.scheduler_parameter(config, "nohold_on_prolog_fail") == ""
     assert parsers.scheduler_parameter(config, "bf_window") is None
     assert parsers.scheduler_parameter({}, "max_switch_wait") is None
+
+
+def test_the_submit_once_wrapper_checks_the_renderers_own_trailer():
+    # One definition: the remote wrapper refuses a script whose last line is not the trailer.
+    assert '"%s" ]; then' % commands.SCRIPT_TRAILER in commands.SUBMIT_ONCE_SCRIPT
+    assert "@TRAILER@" not in commands.SUBMIT_ONCE_SCRIPT
