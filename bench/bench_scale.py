@@ -15,9 +15,10 @@ separate held jobs queued (an array would be one record in slurmctld):
   render --comm heavy 64 nodes, with an empty topology cache (the cache is
                       what makes the next render free; the cold one is the cost)
 
-Per command: the median wall time and the slurmctld RPCs (sdiag's counts by
-client message type, before and after, devcluster/scale.py rpc_counts) of
-one run.  Targets (issue 13): no command's RPCs grow with nodes or jobs;
+Per command: the median wall time, and of one run the slurmctld RPCs (sdiag's
+counts by client message type, before and after, devcluster/scale.py
+rpc_counts) and the time slurmctld spent on them (sdiag's total_time): the
+count stays flat where a listing of every job grows in work.  Targets (issue 13): no command's RPCs grow with nodes or jobs;
 each command at 1,024 nodes within twice its time at 64, except topology
 --detail.  Results: .bench/scale.json and .bench/scale.png (cost against
 cluster size, one line per command; needs matplotlib, the bench extra).
@@ -80,11 +81,11 @@ def measure(env, argv, cold_cache):
         run(argv, e)
         times.append(time.perf_counter() - t0)
         if i == 0:
-            rpcs = scale.rpc_diff(before, scale.rpc_counts(env))
+            rpcs, ctld_us = scale.rpc_split(scale.rpc_diff(before, scale.rpc_counts(env)))
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return {"seconds": round(statistics.median(times), 4), "all_seconds": [round(t, 4) for t in times],
-            "rpcs": sum(rpcs.values()), "rpc_types": rpcs}
+            "rpcs": sum(rpcs.values()), "rpc_types": rpcs, "slurmctld_ms": round(ctld_us / 1000.0, 2)}
 
 
 def one_size(n, env):
@@ -116,9 +117,9 @@ def one_size(n, env):
         try:
             for name, argv, cold in commands(ids):
                 rows[name] = measure(env, argv, cold)
-                print("  %-6d queued  %-20s %7.3fs  %2d RPCs %s" % (queued, name, rows[name]["seconds"],
-                                                                rows[name]["rpcs"], rows[name]["rpc_types"]),
-                      flush=True)
+                print("  %-6d queued  %-20s %7.3fs  %2d RPCs %7.2f ms in slurmctld  %s"
+                      % (queued, name, rows[name]["seconds"], rows[name]["rpcs"], rows[name]["slurmctld_ms"],
+                         rows[name]["rpc_types"]), flush=True)
         finally:
             if queued:
                 run(["scancel", "--name=scale-others"], env, check=False)
@@ -138,15 +139,20 @@ def plot(results, path):
         return False
     sizes = [r["nodes"] for r in results]
     names = list(results[0]["queues"]["0"])
-    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(13, 5))
-    for name in names:
-        for queued, style in (("0", "-o"), (str(QUEUE), "--x")):
+    fig, (ax_t, ax_r, ax_c) = plt.subplots(1, 3, figsize=(18, 5.5))
+    queue = max(int(q) for q in results[0]["queues"])
+    for k, name in enumerate(names):
+        # One colour per command; solid: no other jobs, dashed: with the queue.
+        for queued, style in (("0", "-o"), (str(queue), "--x")):
             if all(queued in r["queues"] for r in results):
-                label = "%s%s" % (name, "" if queued == "0" else " (%d queued)" % QUEUE)
-                ax_t.plot(sizes, [r["queues"][queued][name]["seconds"] for r in results], style, label=label)
-                ax_r.plot(sizes, [r["queues"][queued][name]["rpcs"] for r in results], style, label=label)
+                label = "%s%s" % (name, "" if queued == "0" else " (%d queued)" % queue)
+                kw = dict(label=label, color="C%d" % k)
+                ax_t.plot(sizes, [r["queues"][queued][name]["seconds"] for r in results], style, **kw)
+                ax_r.plot(sizes, [r["queues"][queued][name]["rpcs"] for r in results], style, **kw)
+                ax_c.plot(sizes, [r["queues"][queued][name].get("slurmctld_ms", 0) for r in results], style, **kw)
     ax_t.plot(sizes, [r["start"]["up_s"] for r in results], ":s", color="grey", label="cluster start (s)")
-    for ax, title in ((ax_t, "whole-process time (s)"), (ax_r, "slurmctld RPCs per command (sdiag)")):
+    for ax, title in ((ax_t, "whole-process time (s)"), (ax_r, "slurmctld RPCs per command (sdiag)"),
+                      (ax_c, "slurmctld time on them (ms, sdiag total_time)")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes)
         ax.set_xticklabels([str(s) for s in sizes])
@@ -154,7 +160,7 @@ def plot(results, path):
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     ax_t.set_yscale("log")
-    ax_r.legend(fontsize=7, loc="upper left")
+    ax_t.legend(fontsize=7, loc="upper left")
     fig.suptitle("slurmkit against devcluster/scale.py (Slurm 22.05, one machine)")
     fig.tight_layout()
     fig.savefig(str(path), dpi=110)
@@ -177,6 +183,9 @@ def verdict(results):
 
 
 def main():
+    if sys.argv[1:] == ["--plot"]:  # redraw .bench/scale.png from .bench/scale.json
+        plot(json.loads((OUT / "scale.json").read_text())["results"], OUT / "scale.png")
+        return
     if os.geteuid() != 0:
         raise SystemExit("bench_scale: run as root (the scale cluster's daemons)")
     env = dict(os.environ)
@@ -184,6 +193,8 @@ def main():
     for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
         env.pop(var, None)
     OUT.mkdir(exist_ok=True)
+    # Held until exit: a test module of another session would resize the cluster under us.
+    lock = scale.use_lock()
     results = []
     try:
         for n in SIZES:
@@ -193,6 +204,7 @@ def main():
             (OUT / "scale.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     finally:
         run([PY, scale.__file__, "down"], env, check=False)
+        lock.close()
     if plot(results, OUT / "scale.png"):
         print("plot: %s" % (OUT / "scale.png"))
     print("results: %s" % (OUT / "scale.json"))

@@ -482,7 +482,17 @@ def rpc_counts(env, settle=0.5):
         if inside and len(parts) >= 4 and parts[-3].startswith("count:"):
             if parts[0] not in DAEMON_RPCS:
                 counts[parts[0]] = int(parts[-3].split(":", 1)[1])
+                if parts[-1].startswith("total_time:"):
+                    # microseconds slurmctld spent on this type: "TYPE@us" keys,
+                    # left out of rpc_diff's counts by rpc_split.
+                    counts[parts[0] + "@us"] = int(parts[-1].split(":", 1)[1])
     return counts
+
+
+def rpc_split(diff):
+    """(RPCs by type, slurmctld microseconds in all) of an rpc_diff."""
+    return ({k: v for k, v in diff.items() if not k.endswith("@us")},
+            sum(v for k, v in diff.items() if k.endswith("@us")))
 
 
 def rpc_diff(before, after):
@@ -509,6 +519,19 @@ def queue_held_jobs(env, count, name="scale-others", workers=4):
         failed = [p.stderr for p in pool.map(one, range(count)) if p.returncode != 0]
     if failed:
         raise dc.DevClusterError("scale: %d of %d sbatch --hold failed: %s" % (len(failed), count, failed[0]))
+
+
+USE_LOCK = STATE / "use.lock"
+
+
+def use_lock():
+    """An open file holding an exclusive flock on USE_LOCK: one user of the
+    scale cluster at a time (a test module, bench-scale), since each resizes
+    and stops it; a second waits.  Close the file to let go."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    f = open(USE_LOCK, "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
 
 
 def recorded_n():

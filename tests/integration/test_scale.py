@@ -53,6 +53,8 @@ def cluster():
     env["SLURM_CONF"] = str(scale.STATE / "etc" / "slurm.conf")
     for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
         env.pop(var, None)
+    # Another session's test or bench-scale resizes and stops the same cluster: wait for it.
+    lock = scale.use_lock()
     running = scale.recorded_n()
     ours = not (running is not None and running >= NODES
                 and run([sys.executable, scale.__file__, "status"], env, check=False).returncode == 0)
@@ -69,6 +71,7 @@ def cluster():
         run(["scancel", "--quiet", "--partition=gpu"], env, check=False)
         if ours:
             run([sys.executable, scale.__file__, "down"], env, timeout=120, check=False)
+        lock.close()
 
 
 def switches(env):
@@ -183,7 +186,7 @@ def test_status_costs_the_same_rpcs_among_thousands_of_other_jobs(cluster):
         before = scale.rpc_counts(env)
         p = run([sys.executable, "-m", "slurmkit"] + argv + ["--site", SITE, "--json"], env)
         after = scale.rpc_counts(env)
-        return scale.rpc_diff(before, after), json.loads(p.stdout)
+        return scale.rpc_split(scale.rpc_diff(before, after))[0], json.loads(p.stdout)
 
     alone_ids, shown = cost(["status"] + ids)
     assert sorted(j["id"] for j in shown["jobs"]) == sorted(ids)
