@@ -73,6 +73,7 @@ bench: venv compile cluster-up
 	$(PY) bench/bench_federation.py
 	$(PY) bench/bench_health.py
 	$(PY) bench/bench_requeue.py
+	$(PY) bench/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

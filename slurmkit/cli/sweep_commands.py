@@ -197,8 +197,9 @@ def _ended(point) -> str:
 
 @sweep.command("status", context_settings=CONTEXT)
 @site_option
-@click.option("--failed", is_flag=True, help="Every point that ended without completing, with its values, "
-                                             "exit status, reason and the tail of its error output.")
+@click.option("--failed", is_flag=True, help="Every point that ended without completing (failed, timed out, "
+                                             "cancelled ...), with its values, exit status or signal, reason and "
+                                             "the tail of its error output.")
 @click.option("--output", "-o", "output", metavar="FILE.jsonl", callback=text_value,
               help="With --failed: write those points as a points file (for --sweep-file); '-' for stdout.")
 @json_option
@@ -219,6 +220,7 @@ def sweep_status(session, journal, record, failed, output, as_json):
         raise UsageError("--output writes the failed points: add --failed")
     status = core.status(session, record.id, journal=journal)
     warn("cluster %s not reachable: %s (its tasks are shown as last seen)" % kv for kv in status.unreachable.items())
+    verdicts = core.canary_verdicts(session, status)
     bad = [p for p in status.points if p.state in core.FAILED_STATES]
     shown = bad if failed else bad[:10]
     tails = core.error_tails(session, status, [p.point_id for p in shown])
@@ -236,7 +238,7 @@ def sweep_status(session, journal, record, failed, output, as_json):
                                for a in status.arrays],
                     "points": [_point_dict(status, p, tails.get(p.point_id) if p.state in core.FAILED_STATES
                                            else None) for p in points],
-                    "unreachable": status.unreachable})
+                    "canary_holds": verdicts, "unreachable": status.unreachable})
         return
     click.echo("sweep %s: %d point(s) in %s" % (record.id, len(status.points), record.sweep_dir))
     click.echo("  " + "  ".join("%s %d" % kv for kv in status.counts().items()))
@@ -245,9 +247,11 @@ def sweep_status(session, journal, record, failed, output, as_json):
         click.echo("  arrays: " + ", ".join("%s:%s (%s%s)" % (a.cluster, a.job_id, a.indices,
                                                                "%%%d" % a.throttle if a.throttle else "")
                                            for a in live[-12:]) + (" ..." if len(live) > 12 else ""))
+    for ref, verdict in verdicts.items():
+        click.echo("  canary held %s: %s" % (ref, verdict))
     if bad:
-        click.echo("failed: %d point(s)%s" % (len(bad), "" if failed or len(bad) <= 10 else
-                                              " (the first 10; --failed lists all)"))
+        click.echo("ended without completing: %d point(s)%s" % (len(bad), "" if failed or len(bad) <= 10 else
+                                                                " (the first 10; --failed lists all)"))
         for p in shown:
             values = " ".join("%s=%s" % kv for kv in p.vals)
             click.echo("  %s  %s  %s %s  %s%s" % (p.point_id, values, p.state, _ended(p), status.task_name(p),

@@ -49,7 +49,7 @@ from slurmkit.slurm.types import FINISHED_STATES
 from slurmkit.sweep import arrays as arr
 from slurmkit.sweep import points as pts
 from slurmkit.sweep import slurmio
-from slurmkit.sweep.journal import ArrayRecord, Journal, PointRecord, StateUpdate, SweepRecord
+from slurmkit.sweep.journal import ArrayRecord, Journal, PointRecord, StateUpdate, SweepBusy, SweepRecord
 from slurmkit.sweep.script import Canary, Row
 
 # Ended without completing: what `sweep status --failed` lists and `sweep rerun --failed` runs again.
@@ -237,7 +237,7 @@ def _read_file(session, cluster: str, path: str) -> Optional[str]:
                 return fh.read()
         except OSError:
             return None
-    result = session.backend(cluster).runner.run(["cat", "--", path])
+    result = session.backend(cluster).runner.run(slurmio.read_file(path))
     return result.stdout if result.ok else None
 
 
@@ -500,8 +500,8 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
 
 
 def _norm(path: str, local: bool) -> str:
-    path = os.path.expanduser(path)
-    return os.path.abspath(path) if local else path
+    """A sweep directory as given: absolute here; over SSH as written (the login node resolves it)."""
+    return os.path.abspath(os.path.expanduser(path)) if local else path
 
 
 def _submit_new(submitter: _Submitter, placement: _Placement, share: Sequence[pts.Point],
@@ -775,9 +775,7 @@ def status(session, sweep_id: str, journal: Optional[Journal] = None) -> SweepSt
         try:
             with journal.locked(sweep.id, wait=0):
                 return refresh(session, journal, sweep, reconcile=True)
-        except SlurmkitError as exc:
-            if "another slurmkit command" not in str(exc):
-                raise
+        except SweepBusy:
             return refresh(session, journal, sweep)      # a submission is under way: leave its intents
     finally:
         if own:
@@ -818,6 +816,20 @@ def last_attempt_tail(text: str, lines: int = 5) -> str:
     if starts:
         kept = kept[starts[-1] + 1:]
     return "\n".join(kept[-lines:])
+
+
+def canary_verdicts(session, status: SweepStatus) -> Dict[str, str]:
+    """Why a canary held its array ("the first K tasks failed with exit status N ..."), by CLUSTER:ID,
+    for canary arrays with held tasks (the verdict its task wrote next to the sweep)."""
+    held = {p.array_id for p in status.points if p.state == "PENDING" and p.reason in ("JobHeldUser", "JobHeldAdmin")}
+    out = {}
+    for array in status.arrays:
+        if array.canary and array.id in held:
+            text = _read_file(session, array.cluster, os.path.join(status.sweep.sweep_dir, "canary", array.token,
+                                                                   "stopped"))
+            if text:
+                out["%s:%s" % (array.cluster, array.job_id)] = text.strip()
+    return out
 
 
 def _tail(path: str, size: int) -> str:
@@ -887,6 +899,10 @@ def _rerun_locked(session, journal, sweep, failed, point_ids) -> RerunReport:
     chosen = select_points(status, failed=failed, point_ids=point_ids)
     live = [p.point_id for p in chosen if is_live(p.state)]
     never = [p.point_id for p in chosen if p.array_id is None]
+    lost = [p for p in status.points if p.state == UNKNOWN]
+    if failed and not point_ids and lost:
+        warnings.append("%d point(s) are UNKNOWN (Slurm forgot them before their end was seen, and they left no "
+                        "exit.status): name them with --points to run them again" % len(lost))
     if never:
         warnings.append("%d point(s) were never submitted; submit the sweep's command again to place them"
                         % len(never))
@@ -925,7 +941,7 @@ def _release_held(session, journal: Journal, sweep: SweepRecord, status: SweepSt
                         except OSError:
                             pass
                 else:
-                    session.backend(cluster).runner.run(["rm", "-f", "--", stopped, failures])
+                    session.backend(cluster).runner.run(slurmio.remove_files([stopped, failures]))
         session.backend(cluster).release(sorted(ids, key=int))
         released.extend("%s:%s" % (cluster, i) for i in sorted(ids, key=int))
     return released

@@ -94,6 +94,10 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+class SweepBusy(SlurmkitError):
+    """Another command holds the sweep's lock (a submission, rerun or cancel in progress)."""
+
+
 def default_path() -> str:
     from slurmkit.requeue.journal import state_dir
 
@@ -224,8 +228,8 @@ class Journal:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise SlurmkitError("another slurmkit command is still working on sweep %s after %.0fs; "
-                                            "try again when it is done" % (sweep_id, wait)) from None
+                        raise SweepBusy("another slurmkit command is still working on sweep %s after %.0fs; "
+                                        "try again when it is done" % (sweep_id, wait)) from None
                     time.sleep(0.05)
             yield
         finally:

@@ -159,8 +159,9 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
 
 def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
     k = int(canary.failures)
-    stopped = ("the first %d tasks failed with exit status $rc and none passed; the rest are held: fix the cause, "
-               "then 'slurmkit sweep rerun %s'" % (k, sweep_id))
+    first = "the first task" if k == 1 else "the first %d tasks" % k
+    stopped = ("%s failed with exit status $rc and none passed; the rest are held: fix the cause, then "
+               "'slurmkit sweep rerun %s'" % (first, sweep_id))
     return [
         "    # Canary: the array started one task at a time.  After each task this shell widens the throttle on",
         "    # the first success (and releases this submission's other arrays on this cluster), or holds the",

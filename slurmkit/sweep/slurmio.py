@@ -140,6 +140,14 @@ def make_dirs(paths: Iterable[str]) -> List[str]:
     return ["mkdir", "-p", "--"] + list(paths)
 
 
+def read_file(path: str) -> List[str]:
+    return ["cat", "--", path]
+
+
+def remove_files(paths: Iterable[str]) -> List[str]:
+    return ["rm", "-f", "--"] + list(paths)
+
+
 # Each file's last bytes after a record separator (\036) and its name and a unit separator (\037).
 _TAILS_SCRIPT = ('n=$1; shift; for f; do printf "\\036%s\\037" "$f"; '
                  'tail -c "$n" -- "$f" 2>/dev/null || true; done')

@@ -169,6 +169,8 @@ def test_more_points_than_max_array_size_split_and_a_canary_holds_a_broken_sweep
                         all(p["reason"] in ("JobHeldUser", "JobHeldAdmin") for p in d["points"]
                             if p["state"] == "PENDING"))
     assert data["counts"] == {"FAILED": 2, "PENDING": 1098}
+    (verdict,) = data["canary_holds"].values()
+    assert verdict.startswith("the first 2 tasks failed with exit status 4 and none passed")
     failed = status(tmp_path, sweep_id, "--failed")["points"]
     assert {p["exit_code"] for p in failed} == {4} and all("is broken" in p["error_tail"] for p in failed)
     time.sleep(3)

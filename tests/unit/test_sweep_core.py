@@ -423,3 +423,41 @@ def test_fake_tasks_by_index_helper_reports_states(env):
     array = next(iter(alpha.arrays))
     alpha.finish_task(array, 1, "FAILED", 2)
     assert tasks_by_index(alpha, array) == [(0, "PENDING"), (1, "FAILED")]
+
+
+def test_status_during_a_submission_leaves_its_intents_alone(env):
+    tmp_path, journal = env
+    alpha = FakeArraySlurm("alpha")
+    session = fake_session(alpha=alpha)
+    alpha.fail_next("submit", ConnectTimeoutError("answer lost").outcome_unknown())
+    with pytest.raises(SlurmkitError):
+        core.submit(session, request(tmp_path, ["seed=0..1"]), journal)
+    sweep_id = journal.sweeps()[0].id
+    with journal.locked(sweep_id):            # as a submission in progress would
+        other = Journal(journal.path)
+        try:
+            status = core.status(session, sweep_id, other)
+        finally:
+            other.close()
+    assert [a.phase for a in status.arrays] == ["intent"]
+    assert [c for c in alpha.commands if c[0] == "squeue" and "--user=" in " ".join(c)] == []
+
+
+def test_max_running_below_the_number_of_clusters_uses_the_soonest_only(env):
+    tmp_path, journal = env
+    alpha, beta = FakeArraySlurm("alpha"), FakeArraySlurm("beta")
+    session = _two_cluster_session(alpha, beta)
+    report = core.submit(session, request(tmp_path, ["seed=0..9"], cluster="auto", max_running=1), journal)
+    assert [(a.cluster, a.tasks, a.indices) for a in report.arrays] == [("alpha", 10, "0-9%1")]
+    assert beta.arrays == {}
+
+
+def test_a_cluster_that_cannot_take_the_job_is_left_out_with_a_warning(env):
+    tmp_path, journal = env
+    alpha, beta = FakeArraySlurm("alpha"), FakeArraySlurm("beta")
+    session = _two_cluster_session(alpha, beta, alpha_nodes=4, beta_nodes=1)
+    spec = JobSpec(command=COMMAND, template="srun", nodes=2, gpus_per_node=0, time="00:05:00")
+    report = core.submit(session, core.SweepRequest(spec=spec, grid=["seed=0..3"], cluster="alpha,beta",
+                                                    sweep_dir=str(tmp_path / "s")), journal)
+    assert {a.cluster for a in report.arrays} == {"alpha"}
+    assert any(w.startswith("cluster beta not used: ") and "2 nodes" in w for w in report.warnings)

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Sweep benchmark on the local clusters (make cluster-up): 1,000 points three ways.
+
+1. A shell loop of plain ``sbatch`` (one job per point; submitted held, then
+   cancelled: only the submission is measured), what researchers do without
+   arrays.
+2. One hand-written ``sbatch --array=0-999`` of a script with the values in a
+   bash array, what a careful researcher writes by hand.
+3. ``slurmkit submit --sweep i=0..999 ...`` (the whole command: Python,
+   rendering, the journal, ``scontrol show config``, sbatch).
+
+For each: the wall time of the submitting command(s) and slurmctld's
+``REQUEST_SUBMIT_BATCH_JOB`` count from ``sdiag`` (target: one per array; a
+concurrent test run adds its own).  The hand-written array and the slurmkit
+sweep each run their 1,000 tasks to the end: the time from the submitting
+command's start until Slurm reports the last task ended (target: slurmkit
+within 1.5 times the hand-written array).  While the sweep's tasks are queued
+or running, ``slurmkit sweep status`` of the 1,000 tasks: the Slurm commands
+one refresh runs per cluster (counted at the runner; target 1) and
+slurmctld's RPCs for the command (sdiag, the least of a few calls).
+
+Every array task is a job record slurmctld keeps until MinJobAge after it
+ended, and a controller at ``MaxJobCount`` makes every sbatch wait: the
+benchmark adds 3,000 records, and refuses to start where they do not fit.
+
+Environment: ``BENCH_SWEEP_CLUSTER`` (default alpha), ``BENCH_SWEEP_POINTS``
+(1000), ``BENCH_SWEEP_REPEAT`` (3 status calls), ``BENCH_SWEEP_RUN=0`` cancels
+both arrays right after submitting instead of running them.  Results go to
+``.bench/sweep.json`` and are printed.
+"""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SITE = str(ROOT / "site_configs" / "local.yaml")
+STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (ROOT / ".devcluster"))
+OUT = ROOT / ".bench"
+CLUSTER = os.environ.get("BENCH_SWEEP_CLUSTER", "alpha")
+POINTS = int(os.environ.get("BENCH_SWEEP_POINTS", "1000"))
+REPEAT = int(os.environ.get("BENCH_SWEEP_REPEAT", "3"))
+RUN = os.environ.get("BENCH_SWEEP_RUN", "1") != "0"
+PARTITION = {"alpha": "cpu", "beta": "gpu", "gamma": "npu"}[CLUSTER]
+NAME = "skt-bench-sweep"
+
+_RPC_RE = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)", re.M)
+
+
+def cluster_env():
+    info = json.loads((STATE / "clusters.json").read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+    env["SLURM_CONF"] = info["clusters"][CLUSTER]["slurm_conf"]
+    return env
+
+
+def rpc_counts(env):
+    out = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, check=True).stdout
+    section = out.split("Remote Procedure Call statistics by message type", 1)[1].split(
+        "Remote Procedure Call statistics by user", 1)[0]
+    return {name: int(count) for name, count in _RPC_RE.findall(section)}
+
+
+def rpc_delta(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)
+            if after.get(k, 0) != before.get(k, 0)}
+
+
+def submissions(delta):
+    return delta.get("REQUEST_SUBMIT_BATCH_JOB", 0)
+
+
+def run(argv, env, **kw):
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True, **kw)
+
+
+def timed(action):
+    start = time.perf_counter()
+    value = action()
+    return time.perf_counter() - start, value
+
+
+def slurmkit_env(tmp):
+    env = cluster_env()
+    env.update(SLURMKIT_SITE=SITE, SLURMKIT_STATE_DIR=str(tmp / "state"), SLURMKIT_CACHE_DIR=str(tmp / "cache"))
+    return env
+
+
+def slurmkit(tmp, *args):
+    return run([sys.executable, "-m", "slurmkit", *args], slurmkit_env(tmp), cwd=str(tmp))
+
+
+def wait_ended(env, array_ids, timeout=1800.0):
+    """Seconds until squeue says every task of these arrays ended (one squeue per half second)."""
+    start = time.perf_counter()
+    while True:
+        states = run(["squeue", "--array", "--noheader", "--states=all", "--jobs=" + ",".join(array_ids),
+                      "--format=%T"], env).stdout.split()
+        if states and all(s not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") for s in states):
+            return time.perf_counter() - start, states
+        if time.perf_counter() - start > timeout:
+            raise RuntimeError("tasks still running after %ss" % timeout)
+        time.sleep(0.5)
+
+
+# ---------------------------------------------------------------- the three ways
+
+def shell_loop(env, tmp):
+    """POINTS plain sbatch calls from a shell loop, held (never run); cancelled afterwards."""
+    script = ('for i in $(seq 0 %d); do sbatch --parsable --hold -p %s -t 1 -J %s -o /dev/null '
+              '--wrap "true $i" >/dev/null || exit 1; done' % (POINTS - 1, PARTITION, NAME))
+    before = rpc_counts(env)
+    wall, _ = timed(lambda: run(["bash", "-c", script], env))
+    delta = rpc_delta(before, rpc_counts(env))
+    run(["scancel", "--name", NAME], env)
+    return {"wall_s": wall, "submissions": submissions(delta), "jobs": POINTS}
+
+
+HAND_WRITTEN = """#!/bin/bash
+#SBATCH -p {partition}
+#SBATCH -t 1
+#SBATCH -J {name}
+#SBATCH -o {out}/%A_%a.out
+values=({values})
+exec true "${{values[$SLURM_ARRAY_TASK_ID]}}"
+"""
+
+
+def hand_written(env, tmp, hold):
+    """One sbatch --array of a hand-written script; (submit wall s, sdiag delta, array id)."""
+    (tmp / "hand").mkdir(exist_ok=True)
+    path = tmp / "hand.sh"
+    path.write_text(HAND_WRITTEN.format(partition=PARTITION, name=NAME, out=tmp / "hand",
+                                        values=" ".join(str(i) for i in range(POINTS))))
+    argv = ["sbatch", "--parsable", "--array=0-%d" % (POINTS - 1)] + (["--hold"] if hold else []) + [str(path)]
+    before = rpc_counts(env)
+    wall, done = timed(lambda: run(argv, env))
+    delta = rpc_delta(before, rpc_counts(env))
+    return wall, delta, done.stdout.strip().split(";")[0]
+
+
+def slurmkit_sweep(tmp, name):
+    """``slurmkit submit --sweep``: (whole command wall s, sdiag delta, sweep id, array ids)."""
+    env = cluster_env()
+    (tmp / name).mkdir(exist_ok=True)
+    before = rpc_counts(env)
+    wall, done = timed(lambda: slurmkit(tmp, "submit", "--sweep", "i=0..%d" % (POINTS - 1), "--sweep-name", name,
+                                        "--sweep-dir", str(tmp / name), "-M", CLUSTER, "-p", PARTITION,
+                                        "--gpus-per-node", "0", "-T", "single", "-t", "1", "--", "true", "{i}"))
+    delta = rpc_delta(before, rpc_counts(env))
+    arrays = [ln.split()[1].split(":")[1].rstrip(":") for ln in done.stderr.splitlines()
+              if ln.startswith("submitted ")]
+    return wall, delta, done.stdout.strip(), arrays
+
+
+def status_cost(tmp, sweep_id):
+    """`sweep status` of a sweep whose tasks are queued or running: the CLI's wall time and slurmctld's
+    RPCs for it (sdiag, the least of a few calls, sdiag's own taken out), and in-process the Slurm
+    commands one refresh runs per cluster when every point is asked about."""
+    from slurmkit.session import Session
+    from slurmkit.site import find_site
+    from slurmkit.sweep import core
+    from slurmkit.sweep.journal import Journal
+
+    env = cluster_env()
+    own = rpc_delta(rpc_counts(env), rpc_counts(env))          # what one sdiag call adds
+    walls, rpcs = [], []
+    for _ in range(REPEAT):
+        before = rpc_counts(env)
+        wall, done = timed(lambda: slurmkit(tmp, "sweep", "status", sweep_id, "--json"))
+        after = rpc_counts(env)
+        walls.append(wall)
+        rpcs.append({k: v - own.get(k, 0) for k, v in rpc_delta(before, after).items() if v - own.get(k, 0)})
+    counts = json.loads(done.stdout)["counts"]
+    commands = []
+    os.environ.update(SLURMKIT_STATE_DIR=str(tmp / "state"), SLURMKIT_CACHE_DIR=str(tmp / "cache"))
+    with Session(find_site(SITE)) as session, Journal() as journal:
+        sweep = journal.find(sweep_id)
+        backend = session.backend(CLUSTER)
+        real = backend.runner.run
+        backend.runner.run = lambda argv, **kw: commands.append(list(argv)[0]) or real(argv, **kw)
+        core.refresh(session, journal, sweep, also=[p.point_id for p in journal.points(sweep.id)])
+    best = min(rpcs, key=lambda d: sum(d.values()))
+    return {"wall_s_median": statistics.median(walls), "counts_seen": counts, "slurm_commands": commands,
+            "rpcs_min": sum(best.values()), "rpc_types": best}
+
+
+def room(env):
+    """Job records slurmctld can still take: MaxJobCount less every record it holds, each pending or
+    finished array task counted (finished ones stay for MinJobAge)."""
+    config = run(["scontrol", "show", "config"], env).stdout
+    limit = int(re.search(r"^MaxJobCount\s*=\s*(\d+)", config, re.M).group(1))
+    held = len(run(["squeue", "--array", "--noheader", "--states=all", "--format=%i"], env).stdout.split())
+    return limit - held, limit, held
+
+
+def main():
+    env = cluster_env()
+    free, limit, held = room(env)
+    need = (3 if RUN else 2) * POINTS
+    if free < need + 500:
+        # A full controller makes sbatch retry for minutes and every other user's submission wait.
+        print("bench_sweep: cluster %s holds %d job records of MaxJobCount %d; this benchmark adds %d (finished "
+              "ones stay MinJobAge): run it later or on another cluster (BENCH_SWEEP_CLUSTER)"
+              % (CLUSTER, held, limit, need), file=sys.stderr)
+        return 2
+    OUT.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="slurmkit-bench-sweep-"))
+    result = {"cluster": CLUSTER, "points": POINTS}
+    try:
+        result["shell_loop"] = shell_loop(env, tmp)
+        wall, delta, job = hand_written(env, tmp, hold=not RUN)
+        result["hand_written_submit"] = {"wall_s": wall, "submissions": submissions(delta)}
+        if RUN:
+            ended, _ = wait_ended(env, [job])
+            result["hand_written_end_to_end_s"] = wall + ended
+        else:
+            run(["scancel", job], env)
+        wall, delta, sweep_id, arrays = slurmkit_sweep(tmp, "run")
+        result["slurmkit_submit"] = {"wall_s": wall, "submissions": submissions(delta), "arrays": len(arrays)}
+        result["submit_ratio"] = wall / result["hand_written_submit"]["wall_s"]
+        result["status"] = status_cost(tmp, sweep_id)          # while its tasks are queued or running
+        if RUN:
+            ended, states = wait_ended(env, arrays)
+            result["slurmkit_end_to_end_s"] = wall + ended
+            result["slurmkit_tasks_completed"] = states.count("COMPLETED")
+            result["end_to_end_ratio"] = result["slurmkit_end_to_end_s"] / result["hand_written_end_to_end_s"]
+        else:
+            slurmkit(tmp, "sweep", "cancel", sweep_id)
+    finally:
+        subprocess.run(["scancel", "--name", NAME], env=env, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    (OUT / "sweep.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    loop, hand, mine, status = (result["shell_loop"], result["hand_written_submit"], result["slurmkit_submit"],
+                                result["status"])
+    print("sweep of %d points on %s" % (POINTS, CLUSTER))
+    print("  shell loop of sbatch:     %7.2f s, %d submissions" % (loop["wall_s"], loop["submissions"]))
+    print("  hand-written --array:     %7.3f s, %d submission(s)" % (hand["wall_s"], hand["submissions"]))
+    print("  slurmkit submit --sweep:  %7.3f s, %d submission(s) for %d array(s) (target: one per array); "
+          "%.1fx the hand-written sbatch" % (mine["wall_s"], mine["submissions"], mine["arrays"],
+                                              result["submit_ratio"]))
+    print("  sweep status of %d live tasks: %.3f s, Slurm commands %s (target: 1 per cluster), slurmctld RPCs "
+          "%d %s" % (POINTS, status["wall_s_median"], status["slurm_commands"], status["rpcs_min"],
+                     status["rpc_types"]))
+    if RUN:
+        print("  submit to the last task's end: hand-written %.1f s, slurmkit %.1f s (%.2fx; target <= 1.5), "
+              "%d/%d completed" % (result["hand_written_end_to_end_s"], result["slurmkit_end_to_end_s"],
+                                   result["end_to_end_ratio"], result["slurmkit_tasks_completed"], POINTS))
+    ok = mine["submissions"] == mine["arrays"] and status["slurm_commands"] == ["squeue"] and (
+        not RUN or result["end_to_end_ratio"] <= 1.5)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The sweep commands through the CLI's one error boundary, on fake clusters that run arrays:
+what goes to stdout and stderr, exit codes, one-line errors."""
+
+import json
+
+import pytest
+
+from slurmkit.cli import main
+from slurmkit.sweep.testing import FakeArraySlurm
+
+
+@pytest.fixture
+def clusters(tmp_path, monkeypatch):
+    """alpha and beta of site_configs/local.yaml, served by FakeArraySlurm; state in tmp_path."""
+    import slurmkit.session
+
+    fakes = {"alpha": FakeArraySlurm("alpha", partitions=("gpu", "cpu"), accounting=True,
+                                     config={"MaxArraySize": "5"}),
+             "beta": FakeArraySlurm("beta", partitions=("gpu", "urgent")),
+             "gamma": FakeArraySlurm("gamma", partitions=("npu",))}
+    monkeypatch.setattr(slurmkit.session, "make_backend", lambda cluster, **kw: fakes[cluster.name])
+    monkeypatch.setenv("SLURMKIT_VIA", "local")
+    monkeypatch.setenv("SLURMKIT_SITE", "local")
+    monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return fakes
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+SUBMIT = ("submit", "--sweep", "lr=1e-3,3e-4", "--sweep", "seed=0..3", "-M", "alpha", "-p", "cpu", "-T", "single",
+          "--", "python3", "train.py", "--lr", "{lr}", "--seed", "{seed}")
+
+
+def test_submit_sweep_prints_only_the_sweep_id_on_stdout(clusters, capsys, tmp_path):
+    code, out, err = run(capsys, *SUBMIT)
+    assert code == 0
+    sweep_id = out.strip()
+    assert out == sweep_id + "\n" and sweep_id.startswith("train-")
+    arrays = clusters["alpha"].arrays
+    assert len(arrays) == 2 and [len(a.tasks) for a in arrays.values()] == [4, 4]
+    assert err.count("submitted alpha:") == 2 and "8 point(s), 8 submitted" in err
+    assert str(tmp_path / "slurmkit-sweeps" / sweep_id) in err     # the default directory, absolute
+
+
+def test_sweep_submit_json_and_status_json(clusters, capsys):
+    code, out, _ = run(capsys, "sweep", "submit", "--json", *SUBMIT[1:])
+    report = json.loads(out)
+    assert code == 0 and report["tasks_submitted"] == 8 and report["skipped"] == {"completed": 0, "queued": 0}
+    alpha = clusters["alpha"]
+    first = report["submitted"][0]["job_id"]
+    alpha.run(first, {2: 3})
+    code, out, _ = run(capsys, "sweep", "status", report["sweep"], "--json")
+    data = json.loads(out)
+    assert code == 0 and data["counts"] == {"COMPLETED": 3, "FAILED": 1, "PENDING": 4} and data["total"] == 8
+    failed = [p for p in data["points"] if p["state"] == "FAILED"]
+    assert failed[0]["exit_code"] == 3 and failed[0]["task"] == "alpha:%s_2" % first
+
+
+def test_status_text_lists_failed_points_with_their_values(clusters, capsys, tmp_path):
+    _, out, _ = run(capsys, *SUBMIT)
+    sweep_id = out.strip()
+    alpha = clusters["alpha"]
+    for array in list(alpha.arrays):
+        alpha.run(array, {0: 2})
+    code, out, err = run(capsys, "sweep", "status", sweep_id)
+    assert code == 0 and err == ""
+    assert "COMPLETED 6  FAILED 2" in out and "ended without completing: 2 point(s)" in out
+    assert "lr=1e-3 seed=0  FAILED exit 2" in out and "rerun them: slurmkit sweep rerun %s" % sweep_id in out
+    code, out, err = run(capsys, "sweep", "status", sweep_id[:10], "--failed", "--output", "failed.jsonl")
+    assert code == 0 and "wrote 2 failed point(s) to failed.jsonl" in err
+    rows = [json.loads(ln) for ln in (tmp_path / "failed.jsonl").read_text().splitlines()]
+    assert sorted(r["seed"] for r in rows) == ["0", "0"]
+
+
+def test_rerun_and_cancel_say_what_they_did(clusters, capsys):
+    _, out, _ = run(capsys, *SUBMIT)
+    sweep_id = out.strip()
+    alpha = clusters["alpha"]
+    first, second = list(alpha.arrays)
+    alpha.run(first, {1: 1})
+    code, out, _ = run(capsys, "sweep", "rerun", sweep_id)
+    assert code == 0 and out == "requeued alpha:%s: 1 task(s), array 1\n" % first
+    code, out, _ = run(capsys, "sweep", "cancel", sweep_id)
+    assert code == 0 and out == "cancelled 5 task(s) of sweep %s: alpha:%s, alpha:%s\n" % (sweep_id, first, second)
+    code, out, err = run(capsys, "sweep", "cancel", sweep_id)
+    assert code == 0 and out == "" and "has no queued or running tasks" in err
+
+
+def test_sweep_list_shows_the_journal(clusters, capsys):
+    _, out, _ = run(capsys, *SUBMIT)
+    code, listed, _ = run(capsys, "sweep", "list", "--json")
+    (entry,) = json.loads(listed)
+    assert code == 0 and entry["sweep"] == out.strip() and entry["points"] == 8 and entry["parameters"] == ["lr", "seed"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("submit", "--max-running", "4", "--", "true"), "--max-running applies to sweeps"),
+    (("submit", "--sweep", "lr=1", "--auto-requeue", "-M", "alpha", "--", "true", "{lr}"),
+     "--auto-requeue does not apply to a sweep yet"),
+    (("submit", "--sweep", "lr=1", "--dry-run", "--", "true", "{lr}"), "--dry-run does not apply to a sweep"),
+    (("submit", "--sweep", "lr", "--", "true"), "--sweep 'lr': write NAME=V1,V2"),
+    (("submit", "--sweep", "lr=1", "--", "true", "{lrr}"), "placeholder {lrr} in the command"),
+    (("submit", "--sweep", "lr=1", "--canary", "0", "--", "true"), "'--canary': 0 is below"),
+    (("submit", "--sweep-file", "nope.jsonl", "--", "true"), "--sweep-file nope.jsonl: no such file"),
+    (("sweep", "submit", "-M", "alpha", "--", "true"), "a sweep needs --sweep"),
+])
+def test_usage_errors_are_one_line_and_exit_2(clusters, capsys, args, message):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert message in one_error(err)
+    assert all(not fake.commands for fake in clusters.values())
+
+
+def test_an_unknown_sweep_is_one_line_and_exit_1(clusters, capsys):
+    code, out, err = run(capsys, "sweep", "status", "nope")
+    assert code == 1 and out == "" and "no sweep 'nope'" in one_error(err)
+
+
+def test_a_refused_submission_is_one_line_and_exit_1(clusters, capsys):
+    clusters["alpha"].answer(["sbatch"], stderr="sbatch: error: Batch job submission failed: Invalid account\n",
+                             returncode=1)
+    code, out, err = run(capsys, *SUBMIT)
+    assert code == 1 and out == "" and "Invalid account" in one_error(err)
