@@ -23,8 +23,8 @@ mixed releases' offset) ::
                 address (NoInAddrAny), so they can share one port
     srun        16450-16499
 
-slurm.conf names the nodes in hostlist form, one line per /24
-(``NodeName=sn[0001-0250] NodeAddr=127.0.65.[1-250]``): with one line per
+slurm.conf names the nodes in hostlist form, one line per /24 and spine
+(``NodeName=sn[0001-0128] NodeAddr=127.0.65.[1-128] ... Features=spine01``): with one line per
 node every client command (sbatch, squeue ...) parses N lines, which costs
 tens of milliseconds per command at 1,024 nodes.
 
@@ -99,12 +99,12 @@ def nodelist(first, last):
 
 
 def node_blocks(n):
-    """[(first, last, net)]: the nodes of each /24, for one hostlist line each."""
-    out = []
-    for first in range(1, n + 1, PER_NET):
-        last = min(n, first + PER_NET - 1)
-        out.append((first, last, NODE_NET0 + (first - 1) // PER_NET))
-    return out
+    """[(first, last, net, spine)]: runs of nodes in one /24 and under one
+    spine, for one hostlist line each (12 lines at 1,024 nodes)."""
+    per_spine = NODES_PER_LEAF * LEAVES_PER_SPINE
+    cuts = sorted(set(range(1, n + 1, PER_NET)) | set(range(1, n + 1, per_spine)) | {n + 1})
+    return [(a, b - 1, NODE_NET0 + (a - 1) // PER_NET, "spine%02d" % ((a - 1) // per_spine + 1))
+            for a, b in zip(cuts, cuts[1:])]
 
 
 def leaves(n):
@@ -233,12 +233,15 @@ class Scale:
             "MailProg=/bin/true",
             "",
         ]
-        for first, last, net in node_blocks(self.n):
+        for first, last, net, spine in node_blocks(self.n):
             a0, a1 = (first - 1) % PER_NET + 1, (last - 1) % PER_NET + 1
             addrs = "127.0.%d.[%d-%d]" % (net, a0, a1) if a1 > a0 else "127.0.%d.%d" % (net, a0)
+            # Feature = the node's spine: `--constraint=[spine01|spine02|...]`
+            # (Slurm's matching OR: every node with the same one) keeps a job
+            # under one spine, which --switches alone does not (test_scale.py).
             lines.append("NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d RealMemory=%d Gres=gpu:h100:%d "
-                         "State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
-                                            dc.NODE_MEM_MB, GPUS))
+                         "Features=%s State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
+                                                        dc.NODE_MEM_MB, GPUS, spine))
         lines += ["", "PartitionName=gpu Nodes=%s Default=YES MaxTime=24:00:00 State=UP" % self.nodelist]
         return "\n".join(lines) + "\n"
 
