@@ -286,12 +286,12 @@ class _Submitter:
             rendered = jobs.prepare(self.session, self.spec._replace(token=token), cluster, part.name)
             sweep_dir = self.sweep.sweep_dir
             _make_dirs(self.session, cluster, [os.path.join(sweep_dir, "slurm")], self.dirs)
+            table = sweep_script.table_function(rows, self.names)
             table_file = None
-            if sweep_script.table_size(rows, self.names) > sweep_script.INLINE_TABLE_LIMIT:
-                text = sweep_script.table_function(rows, self.names)
+            if len(table.encode("utf-8")) > sweep_script.INLINE_TABLE_LIMIT:
                 path = os.path.join(sweep_dir, "tables", token + ".sh")
-                _write_file(self.session, cluster, path, text)
-                table_file = (path, sweep_script.table_digest(text))
+                _write_file(self.session, cluster, path, table)
+                table_file = (path, sweep_script.table_digest(table))
             extra = []
             if after:
                 extra.append("--dependency=afterany:%s" % after)
@@ -302,7 +302,7 @@ class _Submitter:
                 # ArrayTaskThrottle=0 is Slurm's "no limit".
                 canary_plan = Canary(canary, throttle or 0, token)
             script = sweep_script.array_script(
-                rendered.script, sweep_id=self.sweep.id, sweep_dir=sweep_dir, rows=rows, names=self.names,
+                rendered.script, sweep_id=self.sweep.id, sweep_dir=sweep_dir, table=table,
                 sentinels=self.sentinels, array=arr.array_spec(indices, 1 if canary else throttle, facts.limits),
                 extra_directives=extra, table_file=table_file, canary=canary_plan, template=rendered.template)
             jobs.check_output_place(self.session, rendered)
@@ -322,8 +322,13 @@ class _Submitter:
         if not self.done:
             return exc
         made = ", ".join("%s (%s)" % (a.ref, a.indices) for a in self.done)
-        error = type(exc)("%s; already submitted: %s (sweep %s: 'slurmkit sweep status %s'; submitting the same "
-                          "command again submits only what is missing)" % (exc, made, self.sweep.id, self.sweep.id))
+        message = ("%s; already submitted: %s (sweep %s: 'slurmkit sweep status %s'; submitting the same command "
+                   "again submits only what is missing)" % (exc, made, self.sweep.id, self.sweep.id))
+        try:
+            error = type(exc)(message)      # the same class: the same exit code
+        except TypeError:                   # a class whose constructor takes more than a message
+            error = SlurmkitError(message)
+            error.exit_code = exc.exit_code
         error.may_have_run = exc.may_have_run
         return error
 
@@ -475,6 +480,12 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
     taken = {p.id for p in completed} | {p.id for p in queued} | {p.id for p in again}
     new = [p for p in plan_.points if p.id not in taken]
     submitter = _Submitter(session, journal, sweep, spec, plan_.used, sweep.params)
+    placements = []
+    if new:
+        # Planned before anything is submitted: a sweep that fits no cluster submits nothing at all.
+        placements, more = place(session, spec._replace(command=submitter.spec.command), len(new), request.cluster,
+                                 request.partition, request.max_running)
+        warnings += more
     # Points that ran before keep their index: Slurm's own requeue of the same task while the controller
     # has it and the job is unchanged (a requeue runs the script as first submitted), else a sparse array
     # of the same table on the same cluster, rendered with this submission's options.
@@ -484,15 +495,11 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
         submitter.done.extend(requeued.submissions)
         rest = [records[p.id] for p in again if p.id not in requeued.point_ids]
         _resubmit_sparse(journal, sweep, submitter, rest, by_id, request.max_running)
-    if new:
-        placements, more = place(session, spec._replace(command=submitter.spec.command), len(new), request.cluster,
-                                 request.partition, request.max_running)
-        warnings += more
-        at = 0
-        for placement in placements:
-            share = new[at:at + placement.count]
-            at += placement.count
-            _submit_new(submitter, placement, share, request.canary)
+    at = 0
+    for placement in placements:
+        share = new[at:at + placement.count]
+        at += placement.count
+        _submit_new(submitter, placement, share, request.canary)
     journal.event(sweep.id, "submitted: %d new, %d again, %d completed, %d queued; arrays %s" % (
         len(new), len(again), len(completed), len(queued), ", ".join(a.ref for a in submitter.done) or "none"))
     return SubmitReport(sweep.id, sweep.sweep_dir, len(plan_.points), submitter.done, len(completed), len(queued),

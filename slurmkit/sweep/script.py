@@ -191,14 +191,14 @@ def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
     ]
 
 
-def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, rows: Sequence[Row], names: Sequence[str],
-                 sentinels: Sequence[str], array: str, extra_directives: Sequence[str] = (),
-                 table_file: Optional[Tuple[str, str]] = None, canary: Optional[Canary] = None,
-                 template: str = "") -> str:
+def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, sentinels: Sequence[str],
+                 array: str, extra_directives: Sequence[str] = (), table_file: Optional[Tuple[str, str]] = None,
+                 canary: Optional[Canary] = None, template: str = "") -> str:
     """The array's script from the job's rendered script (see the module docstring).
 
-    ``table_file`` is (path, sha256) of the table written next to the script;
-    without it the table goes inline.  ``array`` is the ``--array`` value.
+    ``table`` is the points table (:func:`table_function`); with ``table_file``,
+    (path, sha256) of the same table written next to the sweep, the script
+    reads that file instead.  ``array`` is the ``--array`` value.
     """
     lines = rendered.split("\n")
     if not _BASH_RE.match(lines[0]):
@@ -217,10 +217,7 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, rows: Sequence
             raise UsageError("template %s does not print the command where a sweep can put each point's values; "
                              "use a built-in template (single, srun, torchrun)" % (template or "?"))
     directives = ["#SBATCH --array=%s" % array] + ["#SBATCH %s" % d for d in extra_directives]
-    table = table_function(rows, names) if table_file is None else ""
     head = lines[:last_directive + 1] + directives + lines[last_directive + 1:first_command]
     return "\n".join(head) + "\n" + _prologue(sweep_id, sweep_dir, table, table_file, canary) + body
 
 
-def table_size(rows: Sequence[Row], names: Sequence[str]) -> int:
-    return len(table_function(rows, names).encode("utf-8"))
