@@ -189,6 +189,7 @@ def _is_local(session, cluster: str) -> bool:
 class _ClusterFacts(NamedTuple):
     limits: arr.ArrayLimits
     accounting: bool
+    max_jobs: Optional[int] = None    # MaxJobCount: every array task is one job record in slurmctld
 
 
 def _facts(session, cluster: str, cache: Dict[str, _ClusterFacts]) -> _ClusterFacts:
@@ -197,8 +198,32 @@ def _facts(session, cluster: str, cache: Dict[str, _ClusterFacts]) -> _ClusterFa
         from slurmkit.slurm.parsers import accounting_enabled
 
         config = session.backend(cluster).config()
-        cache[cluster] = _ClusterFacts(arr.limits_from_config(config, cluster), accounting_enabled(config))
+        jobs = re.match(r"\s*([0-9]+)", config.get("MaxJobCount", ""))
+        cache[cluster] = _ClusterFacts(arr.limits_from_config(config, cluster), accounting_enabled(config),
+                                       int(jobs.group(1)) if jobs else None)
     return cache[cluster]
+
+
+def _check_job_records(submitter: "_Submitter", placements: Sequence["_Placement"], warnings: List[str]) -> None:
+    """Refuse a cluster's share that its controller can never hold, warn about one that fills half of it.
+
+    Every pending or finished array task is a job record until MinJobAge
+    after its end; at ``MaxJobCount`` sbatch keeps retrying ("Slurm
+    temporarily unable to accept job") instead of failing, for this sweep's
+    later arrays and for everyone else's jobs.
+    """
+    for placement in placements:
+        most = _facts(submitter.session, placement.cluster, submitter.facts).max_jobs
+        if most is None:
+            continue
+        if placement.count > most:
+            raise UsageError("cluster %s holds at most %d jobs (MaxJobCount) and each of the sweep's %d tasks there "
+                             "is one: split the sweep, or give the points to several clusters (--cluster auto)"
+                             % (placement.cluster, most, placement.count))
+        if placement.count > most // 2:
+            warnings.append("cluster %s holds at most %d jobs (MaxJobCount) and this sweep puts %d tasks there; "
+                            "with other users' jobs, sbatch may wait for room" % (placement.cluster, most,
+                                                                                  placement.count))
 
 
 def _make_dirs(session, cluster: str, paths: Sequence[str], done: Set[Tuple[str, str]]) -> None:
@@ -486,6 +511,7 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
         placements, more = place(session, spec._replace(command=submitter.spec.command), len(new), request.cluster,
                                  request.partition, request.max_running)
         warnings += more
+        _check_job_records(submitter, placements, warnings)
     # Points that ran before keep their index: Slurm's own requeue of the same task while the controller
     # has it and the job is unchanged (a requeue runs the script as first submitted), else a sparse array
     # of the same table on the same cluster, rendered with this submission's options.

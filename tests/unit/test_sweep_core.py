@@ -461,3 +461,15 @@ def test_a_cluster_that_cannot_take_the_job_is_left_out_with_a_warning(env):
                                                     sweep_dir=str(tmp_path / "s")), journal)
     assert {a.cluster for a in report.arrays} == {"alpha"}
     assert any(w.startswith("cluster beta not used: ") and "2 nodes" in w for w in report.warnings)
+
+
+def test_a_share_the_controller_can_never_hold_is_refused_and_half_of_it_warned(env):
+    tmp_path, journal = env
+    alpha = FakeArraySlurm("alpha", config={"MaxJobCount": "100", "MaxArraySize": "50"})
+    session = fake_session(alpha=alpha)
+    with pytest.raises(UsageError, match="cluster alpha holds at most 100 jobs .MaxJobCount. and each of the "
+                                         "sweep's 101 tasks"):
+        core.submit(session, request(tmp_path, ["seed=0..100"]), journal)
+    assert sbatches(alpha) == []
+    report = core.submit(session, request(tmp_path, ["seed=0..59"]), journal)
+    assert any("this sweep puts 60 tasks there" in w for w in report.warnings) and len(report.arrays) == 2
