@@ -113,6 +113,11 @@ def show_topology() -> List[str]:
     return ["scontrol", "show", "topology"]
 
 
+def show_job(job_id: str) -> List[str]:
+    """One job, one line (``ExitCode=E:S`` whole, where pyslurm 24.11's Job API cuts 128 off)."""
+    return ["scontrol", "--oneliner", "show", "job", str(job_id)]
+
+
 def show_partition(name: Optional[str] = None) -> List[str]:
     return ["scontrol", "--oneliner", "show", "partition"] + ([name] if name else [])
 

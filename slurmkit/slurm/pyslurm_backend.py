@@ -631,32 +631,40 @@ class PyslurmBackend(CommandBackend):
     def _exact_exit(self, info: JobInfo) -> JobInfo:
         """``info`` with the exit status pyslurm's Job API may have cut by 128.
 
-        The deprecated ``pyslurm.job`` class (pyslurm.pyx in 22.5, deprecated.pyx
-        in 24.11) prints ``WEXITSTATUS`` whole as ``"E:S"``: one
-        ``slurm_load_job`` RPC per job that ended with a non-zero status, which
-        is few jobs (a COMPLETED or signalled job needs none).  Its ``S`` is
-        not used: that class carries it over from the previous field.  Where
-        the class is gone or fails, pyslurm's own value stays.
+        The deprecated ``pyslurm.job`` class (pyslurm.pyx in 22.5) prints
+        ``WEXITSTATUS`` whole as ``"E:S"``: one ``slurm_load_job`` RPC per job
+        that ended with a non-zero status, which is few jobs (a COMPLETED or
+        signalled job needs none).  Its ``S`` is not used: that class carries
+        it over from the previous field.  24.11's (deprecated.pyx) raises
+        TypeError for any job ("an integer is required", with an int id as
+        with a string): there ``scontrol show job``, whose ``ExitCode=E:S`` is
+        whole on every release, answers instead.  Where both fail, pyslurm's
+        own value stays.
         """
         legacy = getattr(self._pyslurm, "job", None)
         try:
-            records = self._legacy_find(legacy, info.job_id) if callable(legacy) else []
+            records = legacy().find_id(info.job_id) if callable(legacy) else []
             text = str(records[0]["exit_code"]) if records else ""
             code = int(text.partition(":")[0])
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-            return info
+            return self._exit_from_scontrol(info)
         exit_code, signal = parsers.decode_exit("%d:0" % code)
         return replace(info, exit_code=exit_code, signal=signal)
 
-    @staticmethod
-    def _legacy_find(legacy, job_id):
-        """``pyslurm.job().find_id``: 24.11's (deprecated.pyx) wants the id as an
-        int ("TypeError: an integer is required" for a string, which left the
-        cut status in place); 22.5's took the text."""
+    def _exit_from_scontrol(self, info: JobInfo) -> JobInfo:
         try:
-            return legacy().find_id(int(job_id))
-        except TypeError:
-            return legacy().find_id(str(job_id))
+            result = self._run(commands.show_job(info.job_id))
+        except SlurmkitError:
+            return info
+        kv = parsers.parse_key_values(result.stdout) if result.ok else {}
+        if kv.get("JobId") != info.job_id or "ExitCode" not in kv:
+            return info
+        try:
+            exit_code, signal = parsers.ended_exit(kv.get("JobState", info.state), bool(info.nodelist),
+                                                   kv["ExitCode"])
+        except ValueError:
+            return info
+        return replace(info, exit_code=exit_code, signal=signal)
 
     def cancel(self, job_ids):
         """SIGKILL each job; a job that already ended or is unknown is not an error.

@@ -15,11 +15,6 @@ from pathlib import Path
 
 from conftest import slurm
 
-from slurmkit.session import make_backend
-from slurmkit.site.loader import load_site
-from slurmkit.slurm import pyslurm_backend, pyslurm_installed
-from slurmkit.slurm.backend import CommandBackend
-
 REPO = Path(__file__).resolve().parents[2]
 VENDOR = Path(os.environ.get("PYSLURM_VENDOR") or (REPO.parent / "shared" / "vendor" / "pyslurm"))
 
@@ -35,27 +30,36 @@ def matching_sources():
     return sorted(VENDOR.glob("pyslurm-%d.%d.*.tar.gz" % (major, minor)))
 
 
-def test_the_backend_follows_whether_a_pyslurm_source_matches_the_release(devcluster):
-    site = load_site(str(REPO / "site_configs" / "local.yaml"))
-    cluster = site.clusters["alpha"]
-    backend = make_backend(cluster)
-    try:
-        if matching_sources():
-            # make pyslurm built and installed it: the backend is pyslurm's
-            assert pyslurm_installed(), "a pyslurm source matches Slurm %d.%d but none is installed" % release()
-            assert isinstance(backend, pyslurm_backend.PyslurmBackend), backend
-            assert backend.version().startswith("%d.%02d." % release())
-        else:
-            # nothing was installed, so the commands answer, and say why
-            assert not pyslurm_installed()
-            assert type(backend) is CommandBackend
-            from slurmkit.slurm.runner import LocalRunner
+# In a process of its own: libslurm reads one slurm.conf per process, and an
+# earlier test of this session may have initialised it for another cluster,
+# which would make pyslurm unusable for alpha here for that reason alone.
+CHOOSE = """
+import sys
+from slurmkit.session import make_backend
+from slurmkit.site.loader import load_site
+from slurmkit.slurm import pyslurm_backend, pyslurm_installed
+from slurmkit.slurm.runner import LocalRunner
+cluster = load_site(sys.argv[1]).clusters["alpha"]
+backend = make_backend(cluster)
+reason = pyslurm_backend.unusable_reason(LocalRunner({"SLURM_CONF": cluster.slurm_conf}), cluster)
+print(type(backend).__name__, pyslurm_installed(), backend.version(), reason, sep="|")
+"""
 
-            runner = LocalRunner({"SLURM_CONF": cluster.slurm_conf})
-            assert pyslurm_backend.unusable_reason(runner, cluster) == "pyslurm is not installed"
-            assert backend.version().startswith("%d.%02d." % release())
-    finally:
-        backend.close()
+
+def test_the_backend_follows_whether_a_pyslurm_source_matches_the_release(devcluster):
+    proc = subprocess.run([sys.executable, "-c", CHOOSE, str(REPO / "site_configs" / "local.yaml")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k not in ("SLURMKIT_BACKEND", "SLURMKIT_VIA")})
+    assert proc.returncode == 0, proc.stderr
+    kind, installed, version, reason = proc.stdout.strip().split("|")
+    assert version.startswith("%d.%02d." % release())
+    if matching_sources():
+        # make pyslurm built and installed it: the backend is pyslurm's
+        assert installed == "True", "a pyslurm source matches Slurm %d.%d but none is installed" % release()
+        assert (kind, reason) == ("PyslurmBackend", "None")
+    else:
+        # nothing was installed, so the commands answer, and say why
+        assert (kind, installed, reason) == ("CommandBackend", "False", "pyslurm is not installed")
 
 
 def test_make_pyslurm_says_what_it_did_for_this_release(devcluster):

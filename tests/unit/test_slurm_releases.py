@@ -304,3 +304,40 @@ def test_the_backend_asks_sacct_only_where_accounting_exists(release):
         runner = _Replay(extra(release, "config-" + cluster))
         assert CommandBackend(runner, cluster).has_accounting() is has, cluster
         assert runner.calls == [tuple(commands.show_config())]
+
+
+def test_pyslurm_24_11_exit_status_comes_whole_from_scontrol():
+    # pyslurm 24.11's Job API takes 128 off (a script that exited 143 reads 15),
+    # and its deprecated job().find_id raises TypeError for every job: the backend
+    # then asks scontrol, whose ExitCode is whole (recorded on 24.11).
+    from types import SimpleNamespace
+
+    from slurmkit.slurm import pyslurm_backend as pb
+    from slurmkit.slurm.backend import CommandBackend
+    from slurmkit.slurm.runner import CommandResult
+    from slurmkit.slurm.types import JobInfo
+
+    base, jobs = _exit_data("24.11")
+    lines = {parsers.parse_key_values(ln)["JobId"]: ln for ln in (base / "scontrol.txt").read_text().splitlines()}
+    job_id = jobs["child_term"]["id"]
+
+    class Runner:
+        calls = []
+
+        def run(self, argv, stdin=None, timeout=None):
+            self.calls.append(list(argv))
+            return CommandResult(tuple(argv), 0, lines[argv[-1]] + "\n", "")
+
+    def broken_find_id(_id):
+        raise TypeError("an integer is required")
+
+    backend = object.__new__(pb.PyslurmBackend)
+    CommandBackend.__init__(backend, Runner(), "alpha")
+    backend._pyslurm = SimpleNamespace(job=lambda: SimpleNamespace(find_id=broken_find_id))
+    cut = JobInfo(job_id=job_id, name="x", state="FAILED", partition="cpu", node_count=1, nodelist="an1",
+                  start_time=None, time_limit="00:02:00", user="root", reason="", comment="",
+                  exit_code=15, signal=None)
+    assert pb.exit_is_ambiguous(cut)
+    exact = backend._exact_exit(cut)
+    assert (exact.exit_code, exact.signal) == (143, None)
+    assert Runner.calls == [commands.show_job(job_id)]
