@@ -144,6 +144,11 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
         '"${SLURM_RESTART_COUNT:-0}" >"$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" &&',
         '        mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
     ]
+    out += [
+        "    # Slurm's own output file of the task only holds what failed before the lines above: drop it empty.",
+        '    slurmkit_sweep_slurm_out=$SLURMKIT_SWEEP_DIR/slurm/${SLURM_ARRAY_JOB_ID:-}_$SLURM_ARRAY_TASK_ID.out',
+        '    [[ -s $slurmkit_sweep_slurm_out ]] || rm -f -- "$slurmkit_sweep_slurm_out"',
+    ]
     if canary is not None:
         out.append('    slurmkit_sweep_canary "$slurmkit_sweep_rc"')
     out += [

@@ -110,7 +110,12 @@ def test_a_task_ends_as_its_program_did_and_every_attempt_is_appended(env):
                                                         'ok) ;; three) exit 3;; term) kill -TERM $$;; esac'],
                       grid=["mode=ok,three,term"])
     (array,) = alpha.arrays.values()
+    # What slurmstepd opened as the task's --output before the script ran: kept only when something is in it.
+    slurm_out = tmp_path / "sweep" / "slurm"
+    (slurm_out / ("%s_0.out" % array.job_id)).write_text("")
+    (slurm_out / ("%s_1.out" % array.job_id)).write_text("slurmstepd: error: early trouble\n")
     codes = [run_task(tmp_path, array.script, i, array.job_id).returncode for i in range(3)]
+    assert sorted(p.name for p in slurm_out.iterdir()) == ["%s_1.out" % array.job_id]
     assert codes == [0, 3, -15]                        # the same exit status, or killed by the same signal
     statuses = [(point_dir(tmp_path, array.script, i) / "exit.status").read_text().split()[0] for i in range(3)]
     assert statuses == ["0", "3", "143"]
