@@ -318,6 +318,37 @@ def sweep_cancel(session, journal, record):
         click.echo("sweep %s has no queued or running tasks" % record.id, err=True)
 
 
+@sweep.command("move", context_settings=CONTEXT)
+@site_option
+@click.option("--from", "source", required=True, metavar="CLUSTER", callback=text_value,
+              help="The cluster whose pending tasks move.")
+@click.option("--to", "target", metavar="NAME|auto|A,B", callback=text_value,
+              help="Where they go (default: every other cluster of the site, split as a new submission is).")
+@click.option("--partition", "-p", metavar="NAME", callback=text_value,
+              help="Partition there (default: each cluster's default).")
+@json_option
+@click.argument("sweep_id", metavar="ID")
+@_with_sweep
+def sweep_move(session, journal, record, source, target, partition, as_json):
+    """Move a sweep's pending tasks off a cluster that stays blocked: cancelled there, and only those
+    Slurm confirms ended are submitted elsewhere (never two copies of a point at once).
+
+    \b
+    Example:
+      slurmkit sweep move train-1a2b3c4d --from beta --to alpha
+    """
+    from slurmkit.sweep import core
+
+    report = core.move(session, record.id, source, target, partition, journal=journal)
+    warn(report.warnings)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    for array in report.arrays:
+        click.echo("submitted %s: %d task(s), array %s" % (array.ref, array.tasks, array.indices))
+    click.echo("moved %d pending point(s) off %s" % (len(report.moved), source), err=True)
+
+
 @sweep.command("throttle", context_settings=CONTEXT)
 @site_option
 @click.argument("sweep_id", metavar="ID")

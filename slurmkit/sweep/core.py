@@ -980,6 +980,76 @@ def _release_held(session, journal: Journal, sweep: SweepRecord, status: SweepSt
     return released
 
 
+class MoveReport(NamedTuple):
+    sweep_id: str
+    moved: List[str]                   # points cancelled while pending on the blocked cluster, submitted elsewhere
+    not_moved: List[str]               # asked to cancel but still queued or running there (they stay)
+    arrays: List[ArraySubmission]
+    warnings: List[str]
+
+    def to_dict(self):
+        return {"sweep": self.sweep_id, "moved": self.moved, "not_moved": self.not_moved,
+                "submitted": [a.to_dict() for a in self.arrays], "warnings": self.warnings}
+
+
+def move(session, sweep_id: str, source: str, target: Optional[str] = None, partition: Optional[str] = None,
+         journal: Optional[Journal] = None) -> MoveReport:
+    """Move a sweep's pending tasks off a cluster that stays blocked: cancel them there (one scancel),
+    ask Slurm which really ended without running, and submit only those elsewhere (``target``: a
+    cluster, a comma list or ``auto``, default every other cluster of the site), split as a new
+    submission is.  A point is never queued on two clusters at once: one that started meanwhile stays."""
+    own = journal is None
+    journal = journal or Journal()
+    try:
+        sweep = journal.find(sweep_id)
+        source = session.site.cluster(source).name
+        with journal.locked(sweep.id):
+            return _move_locked(session, journal, sweep, source, target, partition)
+    finally:
+        if own:
+            journal.close()
+
+
+def _move_locked(session, journal, sweep, source, target, partition) -> MoveReport:
+    status = refresh(session, journal, sweep, reconcile=True)
+    if source in status.unreachable:
+        raise SlurmkitError("cluster %s cannot be asked which tasks are pending (%s); nothing was moved"
+                            % (source, status.unreachable[source]))
+    pending = [p for p in status.points if p.state == "PENDING" and status.array_of(p) is not None
+               and status.array_of(p).cluster == source]
+    if not pending:
+        raise UsageError("sweep %s has no pending tasks on cluster %s" % (sweep.id, source))
+    others = [c for c in session.site.clusters if c != source]
+    target = target or ",".join(others)
+    if not target:
+        raise UsageError("the site has no other cluster to move the tasks to")
+    names = ["%s_%d" % (status.array_of(p).job_id, p.idx) for p in pending]
+    session.backend(source).cancel(names)
+    after = {p.point_id: p for p in refresh(session, journal, sweep, also=[p.point_id for p in pending]).points}
+    # Only what Slurm now says has ended may run elsewhere: never two copies of a point at once.
+    gone = [after[p.point_id] for p in pending if after[p.point_id].state in FINISHED_STATES]
+    stayed = [p.point_id for p in pending if p not in gone and after[p.point_id].state not in FINISHED_STATES]
+    warnings = []
+    if stayed:
+        warnings.append("%d task(s) on cluster %s started or did not take the cancel; they stay there"
+                        % (len(stayed), source))
+    spec = _spec_from(sweep.spec)
+    used = pts.check_command(spec.command, sweep.params)
+    submitter = _Submitter(session, journal, sweep, spec, used, sweep.params)
+    moved_points = [pts.make_point(p.vals) for p in gone]
+    if moved_points:
+        placements, more = place(session, submitter.spec, len(moved_points), target, partition, sweep.max_running)
+        warnings += more
+        _check_job_records(submitter, placements, warnings)
+        at = 0
+        for placement in placements:
+            _submit_new(submitter, placement, moved_points[at:at + placement.count], None)
+            at += placement.count
+    journal.event(sweep.id, "moved %d pending point(s) from %s to %s; %d stayed" % (
+        len(gone), source, ", ".join(a.ref for a in submitter.done) or "nowhere", len(stayed)))
+    return MoveReport(sweep.id, [p.point_id for p in gone], stayed, submitter.done, warnings)
+
+
 class CancelReport(NamedTuple):
     sweep_id: str
     cancelled: List[str]               # arrays asked to cancel (CLUSTER:ID)

@@ -162,11 +162,11 @@ class FakeArraySlurm(FakeSlurm):
         return 0, "".join(line + "\n" for line in lines), ""
 
     def _scancel(self, ids):
-        # An array's id cancels every unfinished task of it.
+        # An array's id cancels every unfinished task of it; A_I one task.
         expanded = []
         for job_id in ids:
-            array = self.arrays.get(job_id)
-            expanded.extend([t.job_id for t in array.tasks.values()] if array is not None else [job_id])
+            tasks = self._resolve(job_id) if ("_" in job_id or job_id in self.arrays) else None
+            expanded.extend([t.job_id for t in tasks] if tasks else [job_id])
         return super()._scancel(expanded)
 
     def _scontrol(self, args: List[str]):

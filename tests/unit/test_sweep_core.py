@@ -473,3 +473,43 @@ def test_a_share_the_controller_can_never_hold_is_refused_and_half_of_it_warned(
     assert sbatches(alpha) == []
     report = core.submit(session, request(tmp_path, ["seed=0..59"]), journal)
     assert any("this sweep puts 60 tasks there" in w for w in report.warnings) and len(report.arrays) == 2
+
+
+def test_pending_points_move_off_a_blocked_cluster_and_never_run_twice(env):
+    tmp_path, journal = env
+    alpha, beta = FakeArraySlurm("alpha"), FakeArraySlurm("beta")
+    session = _two_cluster_session(alpha, beta)
+    report = core.submit(session, request(tmp_path, ["seed=0..35"], cluster="auto"), journal)
+    (on_beta,) = [a for a in report.arrays if a.cluster == "beta"]
+    assert on_beta.tasks == 8
+    started = beta.task(on_beta.job_id, 0)
+    beta.set_state(started.job_id, "RUNNING")              # one task of beta got going
+    beta.finish_task(on_beta.job_id, 1)                    # one already ended
+    beta.commands.clear()
+    moved = core.move(session, report.sweep_id, "beta", journal=journal)
+    names = ["%s_%d" % (on_beta.job_id, i) for i in range(2, on_beta.tasks)]
+    assert ("scancel", *names) in beta.commands
+    assert len(moved.moved) == on_beta.tasks - 2 and moved.not_moved == []
+    assert [a.cluster for a in moved.arrays] == ["alpha"] and moved.arrays[0].indices == "0-%d" % (on_beta.tasks - 3)
+    status = core.status(session, report.sweep_id, journal)
+    assert status.counts() == {"COMPLETED": 1, "PENDING": 36 - 2, "RUNNING": 1}
+    on_alpha = {p.point_id for p in status.points if status.array_of(p).cluster == "alpha"}
+    assert set(moved.moved) <= on_alpha and started.state == "RUNNING"
+    with pytest.raises(UsageError, match="no pending tasks"):
+        core.move(session, report.sweep_id, "beta", journal=journal)
+
+
+def test_a_task_that_did_not_take_the_cancel_is_not_moved(env):
+    tmp_path, journal = env
+    alpha, beta = FakeArraySlurm("alpha"), FakeArraySlurm("beta")
+    session = _two_cluster_session(alpha, beta)
+    report = core.submit(session, request(tmp_path, ["seed=0..35"], cluster="auto"), journal)
+    (on_beta,) = [a for a in report.arrays if a.cluster == "beta"]
+    real = beta._scancel
+    beta._scancel = lambda ids: real([i for i in ids if not i.endswith("_3")])   # one task keeps pending
+    moved = core.move(session, report.sweep_id, "beta", "alpha", journal=journal)
+    stuck = next(p.point_id for p in journal.points(report.sweep_id)
+                 if p.array_id is not None and p.idx == 3 and p.state == "PENDING" and
+                 next(a for a in journal.arrays(report.sweep_id) if a.id == p.array_id).cluster == "beta")
+    assert moved.not_moved == [stuck] and stuck not in moved.moved and len(moved.moved) == 7
+    assert any("1 task(s) on cluster beta started or did not take the cancel" in w for w in moved.warnings)
