@@ -207,3 +207,26 @@ def test_a_sweep_over_ssh_reads_failed_output_on_the_login_node(devcluster, tmp_
     assert data["counts"] == {"COMPLETED": 2, "FAILED": 1}
     (failed,) = status(tmp_path, sweep_id, "--failed", env=env)["points"]
     assert failed["values"] == {"seed": "7"} and failed["error_tail"] == "seed 7 fails on purpose"
+
+
+def test_pending_tasks_move_to_another_cluster_and_every_point_runs_once(devcluster, tmp_path, cancel_after):
+    sweep_dir = tmp_path / "sweep"
+    proc = slurmkit(tmp_path, "submit", "--sweep", "i=0..5", "--max-running", "1", "--sweep-dir", str(sweep_dir),
+                    "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "2", "--",
+                    "bash", "-c", 'sleep 6; echo "point {i} on $SLURM_CLUSTER_NAME"')
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    wait_settled(tmp_path, sweep_id, timeout=60, done=lambda d: d["counts"].get("RUNNING") == 1)
+    moved = json.loads(slurmkit(tmp_path, "sweep", "move", sweep_id, "--from", "alpha", "--to", "gamma",
+                                "--json").stdout)
+    assert len(moved["moved"]) == 5 and [a["cluster"] for a in moved["submitted"]] == ["gamma"]
+    data = wait_settled(tmp_path, sweep_id, timeout=120)
+    assert data["counts"] == {"COMPLETED": 6}
+    said = {}
+    for point in data["points"]:
+        lines = [ln for ln in (sweep_dir / "points" / point["point"] / "output.log").read_text().splitlines()
+                 if ln.startswith("point ")]
+        said[point["values"]["i"]] = lines
+    assert all(len(lines) == 1 for lines in said.values())          # every point ran exactly once
+    clusters = sorted(lines[0].split()[-1] for lines in said.values())
+    assert clusters == ["alpha"] + ["gamma"] * 5
