@@ -53,6 +53,10 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--checkpoint-dir", metavar="DIR", callback=text_value,
               help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
                    "(default: the site's requeue.checkpoint_root, else ./checkpoints, plus the job name).")
+@click.option("--checkpoint-convention", "conventions", multiple=True,
+              type=click.Choice(["marker", "dcp", "tracker", "file"]),
+              help="With --auto-requeue: how a complete checkpoint is recognised (repeatable; default: the site's "
+                   "requeue.checkpoint_conventions, else all).")
 @click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
               help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
                    "requeue.transient_exit_codes count too).")
@@ -60,8 +64,8 @@ def render(session, cluster, as_json, **kwargs):
 @job_options
 @json_option
 @pass_session
-def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts, checkpoint_dir, transient_exit,
-           as_json, **kwargs):
+def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts, checkpoint_dir, conventions,
+           transient_exit, as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
@@ -84,11 +88,12 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
                                                          auto_requeue=auto_requeue))
     if auto_requeue:
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
-                               checkpoint_dir, max_restarts, transient_exit, as_json)
-    if max_restarts is not None or checkpoint_dir or transient_exit:
+                               checkpoint_dir, max_restarts, transient_exit, conventions, as_json)
+    if max_restarts is not None or checkpoint_dir or transient_exit or conventions:
         from slurmkit.errors import UsageError
 
-        raise UsageError("--max-restarts, --checkpoint-dir and --transient-exit need --auto-requeue")
+        raise UsageError("--max-restarts, --checkpoint-dir, --checkpoint-convention and --transient-exit need "
+                         "--auto-requeue")
     outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
                                    plan_only=explain, dry_run=dry_run)
     if outcome.placement is not None and (explain or (dry_run and not as_json)):
@@ -130,7 +135,8 @@ class _saying_the_job_on_failure:
                             "'slurmkit status %s'" % (self.ref, exc.strerror or exc, self.ref)) from None
 
 
-def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, max_restarts, transient, as_json):
+def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, max_restarts, transient, conventions,
+                    as_json):
     from slurmkit.errors import UsageError
     from slurmkit.requeue.journal import Journal
     from slurmkit.requeue.tracking import submit_tracked
@@ -141,7 +147,7 @@ def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir,
     journal = Journal()
     try:
         tracked_id, submission = submit_tracked(session, spec, journal, cluster, partition, checkpoint_dir,
-                                                max_restarts, transient)
+                                                max_restarts, transient, conventions)
     finally:
         journal.close()
     warn(submission.rendered.warnings)

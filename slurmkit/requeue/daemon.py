@@ -218,7 +218,7 @@ class Daemon:
         unusable_by_cluster: Dict[Tuple[str, str], set] = {}
         for tracked, attempt in done:
             try:
-                found = self.latest_checkpoint(tracked.checkpoint_dir)
+                found = self.latest_checkpoint(tracked.checkpoint_dir, self._conventions(tracked))
             except OSError as exc:
                 # An unreadable checkpoint directory (permissions, a stale NFS handle) must not
                 # stop the daemon, and every other job with it: this one is decided next cycle.
@@ -268,6 +268,16 @@ class Daemon:
         except SlurmkitError as exc:
             log.warning("cannot read node states of cluster %s: %s", cluster, exc)
             return set()
+
+    def _conventions(self, tracked: Tracked):
+        """How this job's checkpoints are recognised: the job's own choice, else the site's, else all."""
+        chosen = tracked.budget.get("checkpoint_conventions")
+        if chosen:
+            return tuple(chosen)
+        try:
+            return self.sessions(tracked.site).site.requeue.checkpoint_conventions or None
+        except SlurmkitError:
+            return None
 
     def _transient_codes(self, tracked: Tracked):
         """The site's transient exit codes, plus the job's own (``--transient-exit``)."""
@@ -384,10 +394,10 @@ def _budget(overrides: dict) -> policy.Budget:
     return policy.Budget(**values)
 
 
-def _latest_checkpoint(directory: str):
+def _latest_checkpoint(directory: str, conventions=None):
     from slurmkit import checkpoint
 
-    return checkpoint.latest(directory)
+    return checkpoint.latest(directory, conventions or checkpoint.CONVENTIONS)
 
 
 

@@ -67,7 +67,7 @@ def submit_attempt(session_for, tracked: Tracked, attempt: Attempt, cluster: str
 
 def submit_tracked(session, spec, journal: Journal, cluster: Optional[str] = None, partition: Optional[str] = None,
                    checkpoint_dir: Optional[str] = None, max_restarts: Optional[int] = None,
-                   transient_exit_codes: Sequence[int] = ()):
+                   transient_exit_codes: Sequence[int] = (), checkpoint_conventions: Sequence[str] = ()):
     """Register the job for the requeue daemon and submit its first attempt.
 
     Returns (tracked id, jobs.Submission).  ``checkpoint_dir`` defaults to
@@ -87,6 +87,8 @@ def submit_tracked(session, spec, journal: Journal, cluster: Optional[str] = Non
         budget["max_restarts"] = int(max_restarts)
     if transient_exit_codes:
         budget["transient_exit_codes"] = sorted(int(c) for c in transient_exit_codes)
+    if checkpoint_conventions:
+        budget["checkpoint_conventions"] = list(checkpoint_conventions)
     directory = checkpoint_dir or os.path.join(site.requeue.checkpoint_root or os.path.join(os.getcwd(),
                                                                                             "checkpoints"), name)
     directory = os.path.abspath(os.path.expanduser(directory))

@@ -123,6 +123,8 @@ class RequeueSettings(NamedTuple):
     checkpoint_root: Optional[str] = None        # default parent of a tracked job's checkpoint directory
     # Clusters that see the same checkpoint filesystem: a restart may move between them.
     shared_checkpoint_clusters: Tuple[str, ...] = ()
+    # How a complete checkpoint is recognised (slurmkit.checkpoint.CONVENTIONS); empty: all of them.
+    checkpoint_conventions: Tuple[str, ...] = ()
 
 
 def parse_drain_cap(value):
@@ -294,4 +296,6 @@ def site_from_plain(data: dict) -> Site:
                        requeue=RequeueSettings(**dict(data["requeue"],
                                                       transient_exit_codes=tuple(data["requeue"]["transient_exit_codes"]),
                                                       shared_checkpoint_clusters=tuple(
-                                                          data["requeue"]["shared_checkpoint_clusters"])))))
+                                                          data["requeue"]["shared_checkpoint_clusters"]),
+                                                      checkpoint_conventions=tuple(
+                                                          data["requeue"]["checkpoint_conventions"])))))

@@ -294,6 +294,14 @@ def check_cluster(cluster):
     return problems
 
 
+def check_checkpoint_convention(value):
+    from slurmkit.checkpoint import CONVENTIONS
+
+    if value not in CONVENTIONS:
+        return "%r is not a checkpoint convention; use one of: %s" % (value, ", ".join(CONVENTIONS))
+    return None
+
+
 def check_site(site):
     problems = []
     clusters = site.get("clusters")
@@ -600,6 +608,10 @@ SITE = {
                                  "doc": "seconds before the time limit a tracked job gets SIGUSR1 to save"},
                 "checkpoint_root": {"type": "str", "path": True,
                                     "doc": "default parent directory of tracked jobs' checkpoint directories"},
+                "checkpoint_conventions": {"type": "list", "default": [],
+                                           "items": {"type": "str", "checker": check_checkpoint_convention},
+                                           "doc": "how a complete checkpoint is recognised: marker, dcp, tracker, "
+                                                  "file (default: all)"},
                 "shared_checkpoint_clusters": {"type": "list", "default": [], "items": {"type": "str"},
                                                "doc": "clusters that share the checkpoint filesystem: a restart "
                                                       "may move between them when one is unreachable"},

@@ -238,10 +238,10 @@ def test_an_unreadable_checkpoint_directory_holds_that_job_only(world, tmp_path)
     readable = world.daemon.latest_checkpoint
     failing = {str(broken)}
 
-    def latest(directory):
+    def latest(directory, conventions=None):
         if directory in failing:
             raise PermissionError(13, "Permission denied", directory)
-        return readable(directory)
+        return readable(directory, conventions)
 
     world.daemon.latest_checkpoint = latest
     world.alpha.finish(job, "NODE_FAIL")
@@ -268,3 +268,18 @@ def test_sighup_and_sigterm_end_the_wait_between_cycles(world):
         waiter.join(5)
         assert not waiter.is_alive() and time.monotonic() - started < 5
     assert world.daemon.reload_requested.is_set() and world.daemon.stop_requested.is_set()
+
+
+def test_checkpoint_conventions_chosen_by_the_job(world):
+    """A job that said 'file' resumes from its atomically renamed file, not a marker directory."""
+    tid = world.journal.track(name="train", site="fake", cluster="alpha", partition="gpu",
+                              spec={"command": ["python", "train.py"]}, checkpoint_dir=str(world.ckpt),
+                              budget={"checkpoint_conventions": ["file"]})
+    aid = world.journal.begin_attempt(tid, 1, "tok-conv", "alpha")
+    job = world.alpha.submit(SCRIPT % "tok-conv")
+    world.journal.submitted(aid, job)
+    world.save(50)                                   # a marker directory: not this job's convention
+    (world.ckpt / "step-000040.pt").write_bytes(b"weights")
+    world.alpha.finish(job, "NODE_FAIL")
+    world.daemon.cycle()
+    assert world.job(tid).current.resume_from == str(world.ckpt / "step-000040.pt")
