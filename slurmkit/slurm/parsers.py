@@ -211,6 +211,15 @@ def _stdout_path(job: dict) -> str:
     return path
 
 
+def _job_reason(job: dict) -> str:
+    """The reason as squeue's %r and scontrol print it: the description where
+    the controller gave one.  24.11+ JSON splits a signalled job's reason into
+    ``state_reason`` "RaisedSignal" and ``state_description``
+    "RaisedSignal:9(Killed)" (tests/unit/data/exit_codes/24.11/squeue.json),
+    which pyslurm and scontrol report whole; 22.05's description is empty."""
+    return job.get("state_description") or job.get("state_reason") or ""
+
+
 def parse_squeue_json(text: str) -> "List[JobInfo]":
     from slurmkit.slurm.types import JobInfo
 
@@ -227,7 +236,7 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
             partition=job.get("partition", ""), node_count=_number(job.get("node_count")) or 0,
             nodelist=nodelist, start_time=_epoch(job.get("start_time")),
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
-            reason=job.get("state_reason", "") or "", comment=job.get("comment", "") or "",
+            reason=_job_reason(job), comment=job.get("comment", "") or "",
             exit_code=exit_code, signal=signal, cluster=job.get("cluster", "") or "",
             stdout=_stdout_path(job)))
     return jobs

@@ -341,3 +341,19 @@ def test_pyslurm_24_11_exit_status_comes_whole_from_scontrol():
     exact = backend._exact_exit(cut)
     assert (exact.exit_code, exact.signal) == (143, None)
     assert Runner.calls == [commands.show_job(job_id)]
+
+
+@pytest.mark.parametrize("release", NEWER)
+def test_a_signalled_job_reason_is_whole_as_scontrol_prints_it(release):
+    # squeue --json of 24.11+ gives "RaisedSignal" with the signal in
+    # state_description; scontrol (and pyslurm) print "RaisedSignal:9(Killed)".
+    base, jobs = _exit_data(release)
+    ids = {j["id"]: name for name, j in jobs.items()}
+    by_json = {ids[i.job_id]: i.reason for i in parsers.parse_squeue_json((base / "squeue.json").read_text())
+               if i.job_id in ids}
+    by_scontrol = {ids[kv["JobId"]]: kv["Reason"] for kv in map(parsers.parse_key_values,
+                                                                (base / "scontrol.txt").read_text().splitlines())}
+    assert by_json["self_kill"] == "RaisedSignal:9(Killed)" and by_json["self_term"] == "RaisedSignal:15(Terminated)"
+    assert by_json["exit3"] == "NonZeroExitCode"
+    for name in ("self_kill", "self_term", "exit3", "exit137"):
+        assert by_json[name] == by_scontrol[name], name
