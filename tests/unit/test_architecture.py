@@ -178,3 +178,10 @@ def test_a_repeated_render_imports_no_heavy_module(tmp_path):
                                       check=True, cwd=str(ROOT)).stdout) for _ in range(2)]
     assert runs[0][0] == 0 and "jinja2" in runs[0][1] and "yaml" in runs[0][1]   # the first one really renders
     assert runs[1] == [0, []]
+
+
+def test_test_files_have_unique_names():
+    """pytest imports test modules by basename (tests/ has no packages): a second file of the
+    same name in another folder stops the whole collection of `pytest tests`."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
