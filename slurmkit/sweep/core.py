@@ -749,9 +749,16 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
         found, queued, count = outcome
         queries[cluster] = count
         lost = {p.point_id: key for key, p in asked[cluster].items() if key not in found and is_live(p.state)}
-        recorded = _recorded_ends(session, cluster, sweep, lost) if lost else {}
+        # An ended task whose exit Slurm does not say (a release that prints it otherwise): the task's own record.
+        silent = {p.point_id: key for key, p in asked[cluster].items() if key in found and
+                  found[key].state in FINISHED_STATES and found[key].nodes and
+                  found[key].exit_code is None and found[key].signal is None}
+        recorded = _recorded_ends(session, cluster, sweep, dict(lost, **silent)) if lost or silent else {}
+        for pid, key in silent.items():
+            if pid in recorded:
+                found[key] = found[key]._replace(exit_code=recorded[pid].exit_code, signal=recorded[pid].signal)
         for key, p in asked[cluster].items():
-            task = found.get(key) or recorded.get(p.point_id)
+            task = found.get(key) or (recorded.get(p.point_id) if p.point_id in lost else None)
             if key in queued:
                 in_queue.add(p.point_id)
             if task is not None:

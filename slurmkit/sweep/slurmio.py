@@ -14,6 +14,7 @@ node over SSH), like every other Slurm command of slurmkit:
   a large array, the directories Slurm writes into, error output tails).
 """
 
+import re
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from slurmkit.slurm import parsers
@@ -67,12 +68,23 @@ def parse_squeue_tasks(text: str) -> List[TaskInfo]:
         if not index.strip().isdigit():
             continue       # not an array task (squeue prints N/A)
         nodes = "" if nodes.strip() in ("", "(null)") else nodes.strip()
-        code, signal = parsers.ended_exit(state.strip(), bool(nodes), int(status) if status.strip().isdigit() else None)
+        code, signal = parsers.ended_exit(state.strip(), bool(nodes), _exit_value(status))
         tasks.append(TaskInfo(array_id.strip(), int(index), job_id.strip(), state.strip(),
                               "" if reason.strip() in ("None", "(null)") else reason.strip(), code, signal, nodes,
                               int(restarts) if restarts.strip().isdigit() else 0,
                               "" if comment == "(null)" else comment))
     return tasks
+
+
+def _exit_value(text: str):
+    """squeue's exit_code: 22.05 prints the raw wait status (768 is exit 3); an ``E:S`` pair is read as
+    scontrol prints it; anything else (``N/A``) says nothing."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if re.fullmatch(r"[0-9]+:[0-9]+", text):
+        return text
+    return None
 
 
 def sacct_tasks(array_ids: Iterable[str]) -> List[str]:

@@ -152,3 +152,15 @@ def test_tails_round_trip_through_a_real_shell(tmp_path):
     out = subprocess.run(slurmio.tails([str(a), str(b)], 20), capture_output=True, text=True, check=True).stdout
     got = slurmio.parse_tails(out)
     assert got == {str(a): "x" * 9 + "\nlast line\n", str(b): ""}
+
+
+def test_squeue_exit_as_a_pair_or_not_at_all():
+    lines = "".join(D.join(f) + D + "\n" for f in [
+        ("700", "0", "701", "FAILED", "NonZeroExitCode", "3:0", "an1", "0", ""),
+        ("700", "1", "702", "CANCELLED", "None", "0:15", "an1", "0", ""),
+        ("700", "2", "703", "FAILED", "None", "N/A", "an1", "0", ""),
+    ])
+    tasks = {t.index: t for t in slurmio.parse_squeue_tasks(lines)}
+    assert (tasks[0].exit_code, tasks[0].signal) == (3, None)
+    assert (tasks[1].exit_code, tasks[1].signal) == (None, 15)
+    assert (tasks[2].exit_code, tasks[2].signal) == (None, None)

@@ -513,3 +513,27 @@ def test_a_task_that_did_not_take_the_cancel_is_not_moved(env):
                  next(a for a in journal.arrays(report.sweep_id) if a.id == p.array_id).cluster == "beta")
     assert moved.not_moved == [stuck] and stuck not in moved.moved and len(moved.moved) == 7
     assert any("1 task(s) on cluster beta started or did not take the cancel" in w for w in moved.warnings)
+
+
+def test_an_ended_task_without_an_exit_from_slurm_takes_the_one_it_recorded(env):
+    tmp_path, journal = env
+    alpha = FakeArraySlurm("alpha")
+    session = fake_session(alpha=alpha)
+    report = core.submit(session, request(tmp_path, ["seed=0..1"]), journal)
+    array = next(iter(alpha.arrays))
+    rows = rows_of(alpha.arrays[array].script)
+    alpha.run(array, {1: 7})
+    real = alpha._squeue_tasks
+
+    def no_exit(rest):           # a release whose squeue says nothing of how a task ended
+        code, out, err = real(rest)
+        return code, "".join("\x1f".join(f if i != 5 else "N/A" for i, f in enumerate(ln.split("\x1f"))) + "\n"
+                             for ln in out.splitlines()), err
+
+    alpha._squeue_tasks = no_exit
+    directory = tmp_path / "sweep" / "points" / rows[1][0]
+    directory.mkdir(parents=True)
+    (directory / "exit.status").write_text("7 %s_1 0\n" % array)
+    status = core.status(session, report.sweep_id, journal)
+    failed = [p for p in status.points if p.state == "FAILED"]
+    assert [(p.idx, p.exit_code, p.signal) for p in failed] == [(1, 7, None)]
