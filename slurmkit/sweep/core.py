@@ -750,9 +750,9 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
         queries[cluster] = count
         lost = {p.point_id: key for key, p in asked[cluster].items() if key not in found and is_live(p.state)}
         # An ended task whose exit Slurm does not say (a release that prints it otherwise): the task's own record.
+        # (A task that never ran has no record at its placement, so it keeps saying nothing.)
         silent = {p.point_id: key for key, p in asked[cluster].items() if key in found and
-                  found[key].state in FINISHED_STATES and found[key].nodes and
-                  found[key].exit_code is None and found[key].signal is None}
+                  found[key].state in FINISHED_STATES and found[key].exit_code is None and found[key].signal is None}
         recorded = _recorded_ends(session, cluster, sweep, dict(lost, **silent)) if lost or silent else {}
         for pid, key in silent.items():
             if pid in recorded:
