@@ -491,6 +491,11 @@ class Cluster:
             # only record of them on clusters without slurmdbd, and the same
             # view on all three.
             "MinJobAge=3600",
+            # Job ids far apart per cluster: the three clusters share one machine, and jobs of
+            # different clusters with the same id (as on fresh clusters) would derive the same
+            # rendezvous port (site rendezvous.ports) and collide on it.  Real clusters have
+            # machines of their own.
+            "FirstJobId=%d" % (1 + (self.index - 1) * 3000),
         ]
         if self.accounting:
             lines += [

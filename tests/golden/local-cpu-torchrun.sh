@@ -35,11 +35,11 @@ export -f slurmkit_node_addr
 MASTER_ADDR=$(slurmkit_node_addr "$SLURMD_NODENAME")
 export MASTER_ADDR
 
-# A port of the job's own, from its id within the site's range 29500-29999: two jobs whose
+# A port of the job's own, from its id within the site's range 20000-29999: two jobs whose
 # first node is the same machine get different ports.  Skipped while some program listens there.
-slurmkit_ports=500
+slurmkit_ports=10000
 for ((slurmkit_try = 0; slurmkit_try < slurmkit_ports; slurmkit_try++)); do
-    MASTER_PORT=$((29500 + (SLURM_JOB_ID + slurmkit_try) % slurmkit_ports))
+    MASTER_PORT=$((20000 + (SLURM_JOB_ID + slurmkit_try) % slurmkit_ports))
     (exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null || break
 done
 export MASTER_PORT
