@@ -154,6 +154,9 @@ WAIT_IDLE_S = 60.0
 # accounting: run slurmdbd on a private MariaDB for this cluster (sacct works);
 #   the others keep accounting_storage/none, so both paths can be tested.
 # preempt: (PreemptType, PreemptMode) for the whole cluster.
+# max_array: (MaxArraySize, max_array_tasks) where a cluster keeps arrays small
+#   (absent: Slurm's defaults, 1001 and MaxArraySize), so a sweep's split into
+#   several arrays is tested against a real controller's refusal.
 SPECS = {
     "alpha": {
         "index": 1, "prefix": "an", "count": 4,
@@ -183,6 +186,9 @@ SPECS = {
         "partitions": [("npu", True, "12:00:00", 1)],
         "leaves": [("leaf1", [1, 2])], "spine": None,
         "max_switch_wait": None, "accounting": False, "preempt": None,
+        # Indices 0..49, at most 20 tasks per array: a 120-point sweep must
+        # become several arrays here (sbatch refuses a larger one outright).
+        "max_array": (50, 20),
         # slurmd runs `slurmkit health check --slurm` on each node every 5 s
         # (HealthCheckProgram); see render_health_site for what it checks.
         "health_check": True,
@@ -508,6 +514,9 @@ class Cluster:
                 # Per-job CPU/memory samples from /proc (works in our UTS
                 # namespaces; linuxproc tracks the processes).
                 "JobAcctGatherType=jobacct_gather/linux",
+                # Keep each job's --comment in the database: the requeue daemon finds an
+                # attempt by its token there once squeue has forgotten the job.
+                "AccountingStoreFlags=job_comment",
             ]
         else:
             lines += [
@@ -529,6 +538,9 @@ class Cluster:
             # A job asking for --switches=N@WAIT longer than this gets WAIT
             # cut to it (scontrol show job: Switches=N@00:02:00).
             sched.append("max_switch_wait=%d" % s["max_switch_wait"])
+        if s.get("max_array"):
+            lines.append("MaxArraySize=%d" % s["max_array"][0])
+            sched.append("max_array_tasks=%d" % s["max_array"][1])
         lines += [
             "JobCompType=jobcomp/none",
             "SchedulerType=sched/backfill",
