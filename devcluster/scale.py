@@ -24,7 +24,7 @@ mixed releases' offset) ::
     srun        16450-16499
 
 slurm.conf names the nodes in hostlist form, one line per /24 and spine
-(``NodeName=sn[0001-0128] NodeAddr=127.0.65.[1-128] ... Features=spine01``): with one line per
+(``NodeName=sn[0001-0128] NodeAddr=127.0.65.[1-128] ... Features=spine01,h100``): with one line per
 node every client command (sbatch, squeue ...) parses N lines, which costs
 tens of milliseconds per command at 1,024 nodes.
 
@@ -236,12 +236,15 @@ class Scale:
         for first, last, net, spine in node_blocks(self.n):
             a0, a1 = (first - 1) % PER_NET + 1, (last - 1) % PER_NET + 1
             addrs = "127.0.%d.[%d-%d]" % (net, a0, a1) if a1 > a0 else "127.0.%d.%d" % (net, a0)
-            # Feature = the node's spine: `--constraint=[spine01|spine02|...]`
-            # (Slurm's matching OR: every node with the same one) keeps a job
-            # under one spine, which --switches alone does not (test_scale.py).
+            # Features: the node's spine, and its GPU model.  slurmkit's
+            # `--constraint=[spine01|spine02|...]` (the site's
+            # switch_group_features; Slurm's matching OR: every node with the
+            # same one) keeps a heavy job under one spine, which --switches
+            # alone does not; `h100` is a feature of the user's own to combine
+            # with it (h100&[spine01|...]; test_scale.py).
             lines.append("NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d RealMemory=%d Gres=gpu:h100:%d "
-                         "Features=%s State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
-                                                        dc.NODE_MEM_MB, GPUS, spine))
+                         "Features=%s,h100 State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
+                                                             dc.NODE_MEM_MB, GPUS, spine))
         lines += ["", "PartitionName=gpu Nodes=%s Default=YES MaxTime=24:00:00 State=UP" % self.nodelist]
         return "\n".join(lines) + "\n"
 
@@ -268,6 +271,7 @@ class Scale:
             "clusters": {NAME: {
                 "slurm_conf": str(self.slurm_conf),
                 "default_partition": "gpu",
+                "switch_group_features": [s for s, _ in spines(self.n)],
                 "price_per_gpu_hour": 1.0,
                 "partitions": {"gpu": {
                     "accelerator": "nvidia", "gpu_model": "h100", "gpus_per_node": GPUS,

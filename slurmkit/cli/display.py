@@ -68,8 +68,8 @@ def topology_report(session, cluster_name=None, partition_name=None, detail=None
 
     cluster = session.site.cluster(cluster_name)
     backend = session.backend(cluster.name)
-    layout = topology.load_layout(backend)  # fresh: the user wants the current picture
     nodes = backend.nodes()
+    layout = topology.load_layout(backend, nodes)  # fresh: the user wants the current picture
     gres = "gpu"
     if partition_name:
         part = session.site.partition(cluster, partition_name)

@@ -233,6 +233,9 @@ JOB_OPTIONS = [
     click.option("--exclude", "-x", metavar="NODES", callback=lambda ctx, param, value: _hostlist_names(
                      ctx, param, text_value(ctx, param, value)),
                  help="Never run on these nodes (a Slurm hostlist such as an[3-4])."),
+    click.option("--constraint", "-C", metavar="FEATURES", callback=text_value,
+                 help="Node features the job needs (sbatch --constraint), e.g. a100 or a100&ib. With --comm heavy "
+                      "on a cluster with switch groups, features joined by '&' are combined with the group."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
     click.option("--token", metavar="TOKEN", callback=text_value,
                  help="Idempotency token: if a job with this token exists, it is reported instead of "
@@ -257,7 +260,7 @@ def job_spec_from(kwargs):
         switches=kwargs.pop("switches"), template=kwargs.pop("template"), name=kwargs.pop("job_name"),
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
         exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"),
-        nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"))
+        nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"), constraint=kwargs.pop("constraint"))
 
 
 # More node names than any cluster has: a range beyond it is a typo (an[1-99999999]), and

@@ -108,7 +108,8 @@ def _read(entry, key) -> Optional[Tuple[RenderedJob, str]]:
         r = data["rendered"]
         return RenderedJob(script=r["script"], warnings=tuple(r["warnings"]), template=r["template"],
                            cluster=r["cluster"], partition=r["partition"], switches=r["switches"],
-                           switch_wait=r["switch_wait"], output=r["output"], name=r["name"]), data["placeholder"]
+                           switch_wait=r["switch_wait"], output=r["output"], name=r["name"],
+                           constraint=r["constraint"]), data["placeholder"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -53,6 +53,11 @@ _UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _SBATCH_PLAIN_RE = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+", re.ASCII)
+# A --constraint slurmkit can add a switch group to: node features joined by
+# '&' (AND).  Slurm takes "a&b&[g1|g2]"; an OR, brackets or counts of the
+# user's own would change meaning once combined.
+_FEATURE_AND_RE = re.compile(r"[A-Za-z0-9_.+-]+(?:&[A-Za-z0-9_.+-]+)*", re.ASCII)
+_CONSTRAINT_DIRECTIVE_RE = re.compile(r"#SBATCH\s+(?:--constraint(?:=|\s)|-C)")
 # Slurm sets these for the job and its steps read them: SLURM_JOB_ID=7 in the
 # script sends every srun step into job 7, SLURM_NTASKS changes its shape.
 _SLURM_ENV_PREFIXES = ("SLURM_", "SLURMD_")
@@ -63,7 +68,8 @@ _SHELL_ENV = ("IFS", "SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "BASH_XTRACEFD"
 # The #SBATCH option each directive comes from on slurmkit's command line, for messages.
 _OPTION_OF = {"--job-name": "--job-name/-J", "--partition": "--partition/-p", "--time": "--time/-t",
               "--account": "--account/-A", "--qos": "--qos/-q", "--output": "--output/-o",
-              "--nodelist": "--nodelist/-w", "--exclude": "--exclude/-x", "--comment": "--token"}
+              "--nodelist": "--nodelist/-w", "--exclude": "--exclude/-x", "--comment": "--token",
+              "--constraint": "--constraint/-C"}
 
 
 class Trusted(str):
@@ -95,6 +101,7 @@ class JobSpec(NamedTuple):
     procs_per_node: Optional[int] = None     # workers per node; None: one per GPU (one without GPUs)
     nodelist: Optional[str] = None           # sbatch --nodelist: nodes the job must run on
     exclude: Tuple[str, ...] = ()            # sbatch --exclude: nodes the job must not run on
+    constraint: Optional[str] = None         # sbatch --constraint: node features the job needs
     # Set for a job under the requeue daemon (slurmkit.requeue): its checkpoint directory,
     # which attempt this is, the checkpoint it resumes from.
     checkpoint_dir: Optional[str] = None
@@ -112,11 +119,13 @@ class RenderedJob(NamedTuple):
     switch_wait: Optional[str] = None        # the wait in --switches=N@WAIT, after the cluster's cap
     output: Optional[str] = None             # the --output pattern rendered (checked before sbatch)
     name: Optional[str] = None               # the job name rendered (Slurm's %x)
+    constraint: Optional[str] = None         # the --constraint rendered (the user's, a switch group's, both)
 
     def to_dict(self):
         """Everything but the script, for ``--json`` output."""
         return {"cluster": self.cluster, "partition": self.partition, "template": self.template,
-                "switches": self.switches, "switch_wait": self.switch_wait, "warnings": list(self.warnings)}
+                "switches": self.switches, "switch_wait": self.switch_wait, "constraint": self.constraint,
+                "warnings": list(self.warnings)}
 
 
 class Launch(NamedTuple):
@@ -342,9 +351,55 @@ def switch_wait(site: Site, cluster: Cluster, layout=None) -> Tuple[str, Optiona
                     % (cluster.name, capped, cap, asked, capped))
 
 
+def group_constraint(cluster: Cluster, partition: Partition, spec: JobSpec, switches: int,
+                     layout=None) -> Tuple[Optional[str], List[str]]:
+    """(the --constraint of a heavy job over ``switches`` leaves, warnings).
+
+    ``--switches`` bounds the number of leaves but not where they are: Slurm
+    22.05 spread a 64-node job over two spines when the first was partly
+    busy (tests/integration/test_scale.py).  Where the site names a node
+    feature per group of leaves (``switch_group_features``, e.g. one per
+    spine), Slurm's matching OR ``[a|b|...]`` gives all of the job's nodes
+    the same one.  Only groups that can hold the job under ``switches``
+    leaves are offered (with the user's own features); without the layout
+    (``--switches`` given, topology unreadable) all are, and Slurm refuses at
+    submission a job none fits.  A user constraint of features joined by
+    '&' is kept and ANDed with the group; any other form is refused, since
+    combined with the group it would mean something else.
+    """
+    features = cluster.switch_group_features
+    user = spec.constraint
+    if not features or switches <= 1:
+        return user, []
+    required: Tuple[str, ...] = ()
+    if user is not None:
+        if not _FEATURE_AND_RE.fullmatch(user):
+            raise UsageError("--constraint %r cannot be combined with --comm heavy on cluster %s: slurmkit adds its "
+                             "switch group (--constraint=[%s]) and can join only features separated by '&' to it "
+                             "(e.g. --constraint a&b); simplify the constraint, or use --comm light"
+                             % (user, cluster.name, "|".join(features)))
+        required = tuple(user.split("&"))
+        if set(required) & set(features):
+            return user, []  # the user already chose the group
+    if layout is None:
+        groups = list(features)
+    else:
+        from slurmkit.script import topology
+
+        groups = topology.switch_groups(layout, partition.name, spec.nodes, switches, features, required)
+        if not groups:
+            return user, ["no switch group of partition %s (%s) holds %d nodes%s under %d leaf switches; "
+                          "the job is not kept within one group" % (
+                              partition.name, ", ".join(features), spec.nodes,
+                              " with %s" % user if user else "", switches)]
+    group = groups[0] if len(groups) == 1 else "[%s]" % "|".join(groups)
+    return (user + "&" + group if user else group), []
+
+
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,
                      gpus: int, time: str, ntasks_per_node: int, switches: Optional[int],
-                     wait: Optional[str] = None, cpus_per_task: Optional[int] = None) -> List[str]:
+                     wait: Optional[str] = None, cpus_per_task: Optional[int] = None,
+                     constraint: Optional[str] = None) -> List[str]:
     """The ``#SBATCH`` options, already quoted for sbatch's parser."""
     opts: List[Tuple[str, object]] = [
         ("--job-name", name), ("--partition", partition.name), ("--nodes", spec.nodes),
@@ -361,6 +416,8 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     opts.append(("--time", time))
     if switches is not None:
         opts.append(("--switches", "%d@%s" % (switches, wait or site.switch_wait(cluster))))
+    if constraint:
+        opts.append(("--constraint", constraint))
     account = spec.account or site.defaults.account
     qos = spec.qos or site.defaults.qos
     if account:
@@ -513,8 +570,12 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         warnings.append("--time=%s is no time limit to Slurm (not zero minutes); the job runs until it ends"
                         % time)
 
+    if spec.constraint is not None and (not spec.constraint.strip() or spec.constraint != spec.constraint.strip()):
+        raise UsageError("--constraint %r: give node features such as a100 or a100&ib, without surrounding "
+                         "spaces" % spec.constraint)
     switches = None
     wait = None
+    constraint = spec.constraint
     if spec.comm == "heavy":
         if spec.switches is not None:
             switches = spec.switches
@@ -529,6 +590,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             wait, capped = switch_wait(site, cluster, layout)
             if capped:
                 warnings.append(capped)
+            constraint, group_warnings = group_constraint(cluster, partition, spec, switches, layout)
+            warnings.extend(group_warnings)
 
     # Workers per node: one per GPU unless --procs-per-node says otherwise.
     workers = spec.procs_per_node or max(gpus, 1)
@@ -581,7 +644,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         "task_cpus": task_cpus,
         "directives": [Trusted(d) for d in build_directives(
             site, cluster, partition, spec, name=name, gpus=gpus, time=time,
-            ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus)],
+            ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus,
+            constraint=constraint)],
         "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
         "fabric_exports": _exports(fabric_env, "site config"),
         "user_exports": user_exports, "user_sets": user_sets, "requeue_exports": requeue_exports,
@@ -595,6 +659,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     script = _render_template(site, template_name, context)
     _check_env_survives(script, user_exports, spec.env, template_name)
     _check_directives_reach_sbatch(script, context["directives"], template_name)
+    if constraint:
+        _check_one_constraint(script, "--constraint=" + sbatch_quote(constraint), template_name)
     warnings.extend(user_sets.warnings)
     from slurmkit.slurm.commands import SCRIPT_TRAILER
 
@@ -606,7 +672,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         script += SCRIPT_TRAILER + "\n"
     return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
                        cluster=cluster.name, partition=partition.name, switches=switches,
-                       switch_wait=wait, output=spec.output or output_file_name(name), name=name)
+                       switch_wait=wait, output=spec.output or output_file_name(name), name=name,
+                       constraint=constraint)
 
 
 def _render_template(site: Site, template_name: str, context: dict) -> str:
@@ -655,6 +722,18 @@ def _template_line(tb) -> str:
             where = " (%s line %d)" % (filename, tb.tb_lineno)
         tb = tb.tb_next
     return where
+
+
+def _check_one_constraint(script: str, ours: str, template: str) -> None:
+    """Refuse a template that prints a --constraint of its own beside slurmkit's:
+    sbatch keeps only one of the two, so either the user's features or the
+    switch group would be silently dropped."""
+    for line in script.split("\n"):
+        text = line.strip()
+        if _CONSTRAINT_DIRECTIVE_RE.match(text) and text != "#SBATCH " + ours:
+            raise ConfigError("template %s sets its own node constraint (%s) besides slurmkit's (#SBATCH %s); sbatch "
+                              "would keep only one: remove it from the template and give it with --constraint "
+                              "instead" % (template, text, ours))
 
 
 def _check_directives_reach_sbatch(script: str, directives: Sequence[str], template: str) -> None:

@@ -13,7 +13,7 @@ time, and ``render`` works offline once the cache is warm.
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -29,20 +29,23 @@ SLURM_DEFAULT_MAX_SWITCH_WAIT = 300
 
 @dataclass(frozen=True)
 class ClusterLayout:
-    """What placement needs to know: the switches, each partition's nodes, the switch wait cap."""
+    """What placement needs to know: the switches, each partition's nodes, the switch wait cap,
+    and which nodes carry which feature (a site's switch groups are node features)."""
 
     topology: Topology
     partition_nodes: Dict[str, str]   # partition -> hostlist expression
     max_switch_wait: Optional[int] = None  # seconds Slurm lets --switches wait at most; None: unknown
+    node_features: Dict[str, str] = field(default_factory=dict)  # feature -> hostlist of the nodes with it
 
     def to_dict(self):
         return {"topology": self.topology.to_dict(), "partition_nodes": self.partition_nodes,
-                "max_switch_wait": self.max_switch_wait}
+                "max_switch_wait": self.max_switch_wait, "node_features": self.node_features}
 
     @classmethod
     def from_dict(cls, data):
-        # A cache entry without the cap (an older slurmkit) is a miss: KeyError, loaded afresh.
-        return cls(Topology.from_dict(data["topology"]), dict(data["partition_nodes"]), data["max_switch_wait"])
+        # A cache entry without the cap or the features (an older slurmkit) is a miss: KeyError, loaded afresh.
+        return cls(Topology.from_dict(data["topology"]), dict(data["partition_nodes"]), data["max_switch_wait"],
+                   dict(data["node_features"]))
 
     def leaves_for(self, partition: str) -> Dict[str, List[str]]:
         """Leaf switch -> the partition's nodes under it (leaves without any omitted)."""
@@ -75,6 +78,33 @@ def switches_for(layout: ClusterLayout, partition: str, node_count: int) -> Opti
     if not leaves:
         return None
     return min_leaf_switches([len(v) for v in leaves.values()], node_count)
+
+
+def switch_groups(layout: ClusterLayout, partition: str, node_count: int, switches: int,
+                  features: Sequence[str], required: Sequence[str] = ()) -> List[str]:
+    """The group features (in the order given) whose nodes can hold a heavy job.
+
+    A group is the partition's nodes carrying that feature (and every
+    ``required`` feature, the user's own constraint): it can hold the job
+    when ``node_count`` of them fit under at most ``switches`` leaves, as
+    Slurm would place the job with ``--switches`` and ``--constraint`` both.
+    A group that cannot is left out of ``--constraint=[a|b|...]``: Slurm
+    refuses a job no group fits and would otherwise never run it there.
+    """
+    members = set(hostlist.expand(layout.partition_nodes.get(partition, "")))
+    for feature in required:
+        members &= set(hostlist.expand(layout.node_features.get(feature, "")))
+    leaves = [set(hostlist.expand(leaf.nodes)) & members for leaf in layout.topology.leaves]
+    usable = []
+    for feature in features:
+        group = set(hostlist.expand(layout.node_features.get(feature, "")))
+        sizes = [len(leaf & group) for leaf in leaves if leaf & group]
+        try:
+            if min_leaf_switches(sizes, node_count) <= switches:
+                usable.append(feature)
+        except JobDoesNotFitError:
+            continue
+    return usable
 
 
 def leaves_of(layout: ClusterLayout, nodelist: str) -> List[str]:
@@ -117,11 +147,23 @@ class TopologyCache:
         return layout
 
 
-def load_layout(backend) -> ClusterLayout:
-    """Ask Slurm (three RPCs) for the topology, the partitions' node lists and the switch wait cap."""
+def load_layout(backend, nodes: Optional[Sequence[NodeInfo]] = None) -> ClusterLayout:
+    """Ask Slurm (four RPCs) for the topology, the partitions' node lists, the switch wait cap
+    and the nodes' features; ``nodes`` already read saves the last."""
     partitions = backend.partitions()
+    if nodes is None:
+        nodes = backend.nodes()
     return ClusterLayout(backend.topology(), {name: kv.get("Nodes", "") for name, kv in partitions.items()},
-                         max_switch_wait_of(backend))
+                         max_switch_wait_of(backend), features_of(nodes))
+
+
+def features_of(nodes: Sequence[NodeInfo]) -> Dict[str, str]:
+    """feature -> the nodes with it, as one folded hostlist (a 1,024-node cluster's spine is one short string)."""
+    members: Dict[str, List[str]] = {}
+    for node in nodes:
+        for feature in node.features:
+            members.setdefault(feature, []).append(node.name)
+    return {feature: hostlist.fold(names) for feature, names in sorted(members.items())}
 
 
 def max_switch_wait_of(backend) -> Optional[int]:

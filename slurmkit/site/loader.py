@@ -626,6 +626,7 @@ def _build_cluster(name, value, site_health=None):
             proxy_jump=login.get("proxy_jump"), connect_timeout=float(login["connect_timeout"]),
             command_timeout=float(login["command_timeout"])),
         max_switch_wait=value.get("max_switch_wait"),
+        switch_group_features=tuple(value.get("switch_group_features") or ()),
         price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
         default_partition=value.get("default_partition"),
         health=_build_cluster_health(site_health or {"command": list(ClusterHealth._field_defaults["command"])},

@@ -198,6 +198,8 @@ class Cluster(NamedTuple):
     slurm_conf: Optional[str] = None     # SLURM_CONF for local commands
     login: Optional[LoginNode] = None    # None: run Slurm commands locally
     max_switch_wait: Optional[str] = None  # overrides Site.max_switch_wait
+    # Node features that each mark a group of leaves (a spine): heavy jobs over several leaves stay in one.
+    switch_group_features: Tuple[str, ...] = ()
     price_per_gpu_hour: Tuple[PriceWindow, ...] = ()
     default_partition: Optional[str] = None
     health: ClusterHealth = ClusterHealth()
@@ -286,7 +288,8 @@ def site_from_plain(data: dict) -> Site:
         return Cluster(**dict(c, partitions={n: partition(p) for n, p in c["partitions"].items()},
                               login=LoginNode(**c["login"]) if c["login"] else None,
                               price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"]),
-                              health=health))
+                              # KeyError for an entry of an older slurmkit: a cache miss, loaded afresh.
+                              switch_group_features=tuple(c["switch_group_features"]), health=health))
 
     return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),

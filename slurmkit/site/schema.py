@@ -123,6 +123,28 @@ def check_proxy_jump(value):
     return None
 
 
+# A Slurm node feature as slurmkit writes it into --constraint: no operator
+# (& | [ ] ( ) * ,) and nothing that needs quoting.
+_FEATURE_RE = re.compile(r"[A-Za-z0-9_.+-]+", re.ASCII)
+
+
+def check_feature(value):
+    if not _FEATURE_RE.fullmatch(value):
+        return "%r is not a node feature name: use letters, digits, '_', '.', '+' and '-'" % value
+    return None
+
+
+def check_unique(values):
+    """Each item once (a repeated switch group feature is a typo for another one)."""
+    seen = set()
+    problems = []
+    for index, value in enumerate(values):
+        if isinstance(value, str) and value in seen:
+            problems.append(((index,), "%r is listed twice" % value))
+        seen.add(value)
+    return problems
+
+
 def check_non_empty(value):
     if not value.strip():
         return "must not be empty"
@@ -529,6 +551,11 @@ CLUSTER = {
         "slurm_conf": {"type": "str", "path": True, "doc": "SLURM_CONF for local commands"},
         "login": LOGIN,
         "max_switch_wait": {"type": "time", "doc": "overrides topology.max_switch_wait for this cluster"},
+        "switch_group_features": {
+            "type": "list", "items": {"type": "str", "checker": check_feature}, "min_items": 1,
+            "checker": check_unique,
+            "doc": "node features that each mark one group of leaf switches (e.g. one per spine): a --comm heavy "
+                   "job needing more than one leaf gets --constraint=[a|b|...], all its nodes in one group"},
         "default_partition": {"type": "str", "doc": "partition used when none is given"},
         "price_per_gpu_hour": {
             "type": "one_of",

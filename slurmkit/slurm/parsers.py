@@ -357,8 +357,14 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
             partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
             gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
             cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
-            addr=kv.get("NodeAddr", ""), **_node_reason(kv.get("Reason", ""))))
+            addr=kv.get("NodeAddr", ""), features=_features(kv.get("AvailableFeatures", "")),
+            **_node_reason(kv.get("Reason", ""))))
     return nodes
+
+
+def _features(text: str) -> "Tuple[str, ...]":
+    """``AvailableFeatures=spine01,ib`` -> ("spine01", "ib"); scontrol prints (null) for none."""
+    return tuple(f for f in text.split(",") if f and f != "(null)")
 
 
 _NODE_REASON_RE = re.compile(r"^(?P<reason>.*?)\s*\[(?P<user>[^@\[\]]*)@(?P<time>[^\[\]]+)\]$")

@@ -102,6 +102,7 @@ class NodeInfo:
     reason_user: str = ""                    # who set the reason (health: never touch someone else's drain)
     reason_time: Optional[datetime] = None   # when it was set
     addr: str = ""                           # NodeAddr: where slurmctld (and the health sweep's SSH) reaches it
+    features: Tuple[str, ...] = ()           # AvailableFeatures (placement: a switch group's feature)
 
     def free(self, gres_prefix: str = "gpu") -> int:
         total = sum(v for k, v in self.gres.items() if k.split(":")[0] == gres_prefix)

@@ -101,12 +101,15 @@ def wait_finished(env, job_id, timeout=120):
         time.sleep(0.5)
 
 
-def submit_heavy(env, nodes):
-    """slurmkit submit --comm heavy of an srun step of `true` on every node: (job id, switches asked)."""
+def submit_heavy(env, nodes, extra=(), rendered=None):
+    """slurmkit submit --comm heavy of an srun step of `true` on every node: (job id, switches asked);
+    ``rendered``, a dict, gets submit's --json output."""
     p = run([sys.executable, "-m", "slurmkit", "submit", "--site", SITE, "-T", "srun", "-N", nodes,
-             "--procs-per-node", "1", "--comm", "heavy", "--output", str(OUT / "%j.out"), "--json",
-             "--", "true"], env)
+             "--procs-per-node", "1", "--comm", "heavy", "--output", str(OUT / "%j.out"), "--json"]
+            + list(extra) + ["--", "true"], env)
     out = json.loads(p.stdout)
+    if rendered is not None:
+        rendered.update(out)
     return out["job_id"], out["switches"]
 
 
@@ -130,25 +133,27 @@ def test_heavy_jobs_of_16_and_32_nodes_get_one_and_two_leaves(cluster):
         assert len(leaves_used(topo, nodes)) == n // 16, (n, info["NodeList"], leaves_used(topo, nodes))
 
 
-def test_heavy_job_of_64_nodes_gets_four_whole_leaves_around_busy_ones(cluster):
+def test_heavy_job_of_64_nodes_gets_four_whole_leaves_of_one_spine_around_busy_ones(cluster):
     """With the first spine's first four leaves and half its fifth busy (56 of
     its 128 nodes left), the 64-node job (slurmkit asks --switches=4) must
-    start at once on four whole free leaves, none of them busy ones.
+    start at once on four whole free leaves, none of them busy ones, all under
+    one spine: the second, the only one with 64 free nodes.
 
-    Whether those four leaves sit under one spine is Slurm's choice, which
-    --switches does not make: on this cluster Slurm 22.05 gave
-    sn[0081-0144], the first spine's three free leaves and one of the
-    second's, while the second spine had eight free leaves.  (With one busy
-    node in each of five leaves of the first spine instead, Slurm kept the job
-    pending for the whole switch wait, 2 min, then ran it on five leaves.)  The
-    test says xfail when the job spans spines, so that the day Slurm or
-    slurmkit keeps it under one, it shows; it checks that Slurm's matching-OR
-    constraint on the nodes' spine features does keep it under one."""
+    --switches alone does not keep it under one spine: on this cluster Slurm
+    22.05 gave sn[0081-0144], the first spine's three free leaves and one of
+    the second's.  (With one busy node in each of five leaves of the first
+    spine instead, Slurm kept the job pending for the whole switch wait,
+    2 min, then ran it on five leaves.)  The scale site names the nodes'
+    spine features (switch_group_features), so slurmkit adds Slurm's
+    matching OR, --constraint=[spine01|spine02], which gives every node the
+    same spine; a user's own feature (h100, which every node has) is ANDed
+    with it, checked here on the same busy cluster."""
     env, n = cluster
     if n < 256:
         pytest.skip("needs two spines (256 nodes)")
     topo = switches(env)
     spine_ids = sorted(name for name, (lvl, _, _) in topo.items() if lvl == 1)
+    group = "[%s]" % "|".join(spine_ids)
     first_leaves = topo[spine_ids[0]][2]
     blockers = sorted(set().union(*(topo[leaf][1] for leaf in first_leaves[:4])))
     blockers += sorted(topo[first_leaves[4]][1])[:8]
@@ -160,32 +165,21 @@ def test_heavy_job_of_64_nodes_gets_four_whole_leaves_around_busy_ones(cluster):
         while job(env, blocker)["JobState"] != "RUNNING":
             assert time.monotonic() < deadline, job(env, blocker)
             time.sleep(0.3)
-        job_id, asked = submit_heavy(env, 64)
-        assert asked == 4
-        # Well within the switch wait (2 min): a job pending for its switches fails here.
-        info = wait_finished(env, job_id, timeout=60)
-        assert info["JobState"] == "COMPLETED", info
-        nodes = set(hostlist.expand(info["NodeList"]))
-        assert len(nodes) == 64 and not nodes & set(blockers)
-        leaves = leaves_used(topo, nodes)
-        assert len(leaves) == 4, (info["NodeList"], leaves)
-        spines = [s for s in spine_ids if nodes & topo[s][1]]
-        # What does keep a job under one spine: the nodes carry their spine as
-        # a feature (scale.py), and Slurm's matching OR, --constraint=[a|b|...],
-        # gives every node the same one.  The same job by hand, so that the
-        # remedy is checked on this Slurm too.
-        p = run(["sbatch", "--parsable", "-N", 64, "--switches=4@2:00", "--gpus-per-node=8",
-                 "--constraint=[%s]" % "|".join(spine_ids), "-o", "/dev/null", "--wrap", "true"], env)
-        matched = wait_finished(env, p.stdout.strip().split(";")[0], timeout=60)
-        assert matched["JobState"] == "COMPLETED", matched
-        mnodes = set(hostlist.expand(matched["NodeList"]))
-        assert len(leaves_used(topo, mnodes)) == 4, matched["NodeList"]
-        under = [s for s in spine_ids if mnodes <= topo[s][1]]
-        assert len(under) == 1 and under[0] != spine_ids[0], (matched["NodeList"], under)
-        if len(spines) > 1:
-            pytest.xfail("Slurm 22.05 placed slurmkit's 4 leaves under %d spines (%s: %s); "
-                         "--constraint=[spine..|..] kept the same job under %s (%s)"
-                         % (len(spines), info["NodeList"], ", ".join(leaves), under[0], matched["NodeList"]))
+        for extra, constraint in (((), group), (("--constraint", "h100"), "h100&" + group)):
+            rendered = {}
+            job_id, asked = submit_heavy(env, 64, extra, rendered)
+            assert asked == 4 and rendered["constraint"] == constraint, rendered
+            # Well within the switch wait (2 min): a job pending for its switches fails here.
+            info = wait_finished(env, job_id, timeout=60)
+            assert info["JobState"] == "COMPLETED", info
+            assert info["Features"] == constraint, info.get("Features")
+            nodes = set(hostlist.expand(info["NodeList"]))
+            assert len(nodes) == 64 and not nodes & set(blockers)
+            leaves = leaves_used(topo, nodes)
+            assert len(leaves) == 4, (info["NodeList"], leaves)
+            under = [s for s in spine_ids if nodes <= topo[s][1]]
+            assert under == [spine_ids[1]], (extra, info["NodeList"], leaves,
+                                             [s for s in spine_ids if nodes & topo[s][1]])
     finally:
         run(["scancel", blocker], env, check=False)
 
