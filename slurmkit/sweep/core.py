@@ -726,9 +726,10 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
         result = backend.runner.run(slurmio.squeue_tasks(ids))
         count = 1
         if not result.ok and "Invalid job id" in (result.stderr or ""):
-            tasks = []       # every array forgotten by the controller
+            tasks, unstarted = [], {}       # every array forgotten by the controller
         else:
-            tasks = slurmio.parse_squeue_tasks(backend._check(result, "squeue").stdout)
+            text = backend._check(result, "squeue").stdout
+            tasks, unstarted = slurmio.parse_squeue_tasks(text), slurmio.parse_squeue_unstarted(text)
         found = {t.key: t for t in tasks if t.key in wanted}
         queued = set(found)
         missing = [k for k in wanted if k not in found]
@@ -738,7 +739,7 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
             for t in slurmio.parse_sacct_tasks(_run(backend, slurmio.sacct_tasks(forgotten), "sacct").stdout):
                 if t.key in wanted and t.key not in found:
                     found[t.key] = t
-        return found, queued, count
+        return found, queued, count, unstarted
 
     answers = results.each(asked, ask)
     updates: List[StateUpdate] = []
@@ -746,7 +747,7 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
     unreachable = {c: str(e) for c, e in answers.failed.items()}
     queries = {}
     for cluster, outcome in answers.succeeded.items():
-        found, queued, count = outcome
+        found, queued, count, unstarted = outcome
         queries[cluster] = count
         lost = {p.point_id: key for key, p in asked[cluster].items() if key not in found and is_live(p.state)}
         # An ended task whose exit Slurm does not say (a release that prints it otherwise): the task's own record.
@@ -759,6 +760,12 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
                 found[key] = found[key]._replace(exit_code=recorded[pid].exit_code, signal=recorded[pid].signal)
         for key, p in asked[cluster].items():
             task = found.get(key) or (recorded.get(p.point_id) if p.point_id in lost else None)
+            if task is None and p.state == "PENDING" and key[0] in unstarted:
+                # Never seen to start, no line or record of its own, and its array's record (which holds
+                # the tasks that never started) has ended: it ended with it, without running.  Without
+                # this a cancelled pending task would wait for accounting (or, without, be UNKNOWN).
+                task = slurmio.TaskInfo(key[0], key[1], key[0], unstarted[key[0]].state,
+                                        "ended with its array's pending tasks, before it started")
             if key in queued:
                 in_queue.add(p.point_id)
             if task is not None:

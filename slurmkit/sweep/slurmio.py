@@ -76,6 +76,33 @@ def parse_squeue_tasks(text: str) -> List[TaskInfo]:
     return tasks
 
 
+def parse_squeue_unstarted(text: str) -> Dict[str, TaskInfo]:
+    """{array id: how its never-started tasks ended}, from the array's own record once it has ended.
+
+    Slurm keeps an array's pending tasks in the array's own job record until
+    each starts (then the task gets a record of its own).  When that record
+    ends with tasks still in it (``scancel`` of the array or of those tasks,
+    recorded on 22.05), ``squeue --array`` prints it as one line without a
+    task id (``ArrayTaskID`` N/A) instead of one line per task, and only
+    accounting lists the indices (``A_[1-5%1]``), once slurmdbd has them.  The
+    line stands for every task of the array that never started and has no
+    line of its own.  (A job that is no array prints N/A too: its own id is no
+    array the caller asks about.)
+    """
+    from slurmkit.slurm.types import FINISHED_STATES
+
+    out = {}
+    for line in text.splitlines():
+        fields = line.split(_DELIMITER)
+        if len(fields) < len(SQUEUE_FIELDS):
+            continue
+        array_id, index, job_id, state, reason = (f.strip() for f in fields[:5])
+        if index.isdigit() or job_id != array_id or state not in FINISHED_STATES:
+            continue
+        out[array_id] = TaskInfo(array_id, -1, job_id, state, "" if reason in ("None", "(null)") else reason)
+    return out
+
+
 def _exit_value(text: str):
     """squeue's exit_code: 22.05 prints the raw wait status (768 is exit 3); an ``E:S`` pair is read as
     scontrol prints it; anything else (``N/A``) says nothing."""

@@ -9,7 +9,10 @@ shapes recorded on the dev clusters:
   specification" past ``MaxArraySize``/``max_array_tasks`` of its config;
   ``--hold`` and ``--dependency`` leave the tasks pending with that reason;
 - ``squeue --array --Format=...`` prints one line per task, ``sacct`` rows
-  ``A_I`` with their ``.batch`` steps (accounting only);
+  ``A_I`` with their ``.batch`` steps (accounting only); tasks cancelled
+  before they started are, once no task of the array is pending any more,
+  one line of the array's own record without a task id (``N/A``), as
+  22.05 prints an ended array record that still held them;
 - ``scontrol requeue A_I,...``, ``scontrol update JobId=... StartTime=now``
   and ``ArrayTaskThrottle=N``, ``scontrol hold|release A``, ``scancel A``.
 
@@ -35,6 +38,7 @@ class FakeTask(FakeJob):
     def __init__(self, *args, array_job_id: str = "", index: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.array_job_id, self.index = array_job_id, index
+        self.never_started = False    # cancelled while pending: it stays in the array's own record
 
 
 class FakeArray:
@@ -141,6 +145,15 @@ class FakeArraySlurm(FakeSlurm):
             return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
         d = "\x1f"
         lines = []
+        still_pending = {t.array_job_id for t in tasks if t.state == "PENDING"}
+        in_record = [t for t in tasks if t.never_started and t.state == "CANCELLED"
+                     and t.array_job_id not in still_pending]
+        for array_id in dict.fromkeys(t.array_job_id for t in in_record):
+            values = {"ArrayJobID": array_id, "ArrayTaskID": "N/A", "JobID": array_id, "State": "CANCELLED",
+                      "Reason": "None", "exit_code": "0", "NodeList": "", "RestartCnt": "0",
+                      "Comment": next(t.comment for t in in_record if t.array_job_id == array_id)}
+            lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
+        tasks = [t for t in tasks if t not in in_record]
         for t in tasks:
             values = {"ArrayJobID": t.array_job_id, "ArrayTaskID": str(t.index), "JobID": t.job_id,
                       "State": t.state, "Reason": t.reason, "exit_code": str(t.exit_status), "NodeList": t.nodes,
@@ -167,6 +180,10 @@ class FakeArraySlurm(FakeSlurm):
         for job_id in ids:
             tasks = self._resolve(job_id) if ("_" in job_id or job_id in self.arrays) else None
             expanded.extend([t.job_id for t in tasks] if tasks else [job_id])
+        for job_id in expanded:
+            task = self.table.get(job_id)
+            if isinstance(task, FakeTask) and task.state == "PENDING" and not task.forgotten:
+                task.never_started = True
         return super()._scancel(expanded)
 
     def _scontrol(self, args: List[str]):

@@ -537,3 +537,37 @@ def test_an_ended_task_without_an_exit_from_slurm_takes_the_one_it_recorded(env)
     status = core.status(session, report.sweep_id, journal)
     failed = [p for p in status.points if p.state == "FAILED"]
     assert [(p.idx, p.exit_code, p.signal) for p in failed] == [(1, 7, None)]
+
+
+# squeue --array of array 3935 on the dev cluster alpha (22.05.8) after `scancel 3935_1 ... 3935_5` of its
+# five pending tasks while task 0 ran: the ended array record that held them, then the running task.
+SQUEUE_AFTER_CANCELLING_PENDING = ("3935\x1fN/A\x1f3935\x1fCANCELLED\x1fJobArrayTaskLimit\x1f0\x1f\x1f0\x1fslurmkit:sw-1\x1f\n"
+                                   "3935\x1f0\x1f3936\x1fRUNNING\x1fNone\x1f0\x1fan1\x1f0\x1fslurmkit:sw-1\x1f\n"
+                                   "3940\x1fN/A\x1f3940\x1fCOMPLETED\x1fNone\x1f0\x1fan2\x1f0\x1f(null)\x1f\n")
+
+
+def test_an_ended_array_record_stands_for_the_tasks_that_never_started():
+    from slurmkit.sweep import slurmio
+
+    tasks = slurmio.parse_squeue_tasks(SQUEUE_AFTER_CANCELLING_PENDING)
+    assert [(t.key, t.state) for t in tasks] == [(("3935", 0), "RUNNING")]     # no line per cancelled task
+    rest = slurmio.parse_squeue_unstarted(SQUEUE_AFTER_CANCELLING_PENDING)
+    assert {k: v.state for k, v in rest.items()} == {"3935": "CANCELLED", "3940": "COMPLETED"}   # 3940: no array
+
+
+@pytest.mark.parametrize("accounting", [False, True])
+def test_pending_tasks_cancelled_in_their_array_record_end_at_once(env, accounting):
+    """Without accounting squeue's array line is the only word on them; with it, slurmdbd may not have the
+    cancel yet when sacct is asked: either way they are CANCELLED now, not UNKNOWN (and never moved)."""
+    tmp_path, journal = env
+    alpha = FakeArraySlurm("alpha", accounting=accounting)
+    session = fake_session(alpha=alpha)
+    report = core.submit(session, request(tmp_path, ["seed=0..3"], max_running=1), journal)
+    (array,) = report.arrays
+    alpha.set_state(alpha.task(array.job_id, 0).job_id, "RUNNING")
+    alpha._sacct_tasks = lambda ids: (0, "", "")          # slurmdbd has not recorded the cancel yet
+    core.status(session, report.sweep_id, journal)
+    alpha._scancel(["%s_%d" % (array.job_id, i) for i in (1, 2, 3)])
+    status = core.status(session, report.sweep_id, journal)
+    assert status.counts() == {"CANCELLED": 3, "RUNNING": 1}
+    assert {p.exit_code for p in status.points if p.state == "CANCELLED"} == {None}
