@@ -7,6 +7,7 @@ tiny (a Python one-liner), so a 200-point sweep over alpha and beta takes well u
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -178,6 +179,46 @@ def test_more_points_than_max_array_size_split_and_a_canary_holds_a_broken_sweep
     cancelled = slurmkit(tmp_path, "sweep", "cancel", sweep_id)
     assert cancelled.stdout.startswith("cancelled 1098 task(s)")
     assert status(tmp_path, sweep_id)["counts"] == {"CANCELLED": 1098, "FAILED": 2}
+
+
+def test_a_sweep_above_gammas_max_array_size_and_max_array_tasks_is_split_within_both(devcluster, tmp_path,
+                                                                                      cancel_after):
+    """gamma: MaxArraySize=50, max_array_tasks=20 (SchedulerParameters).  120 points become arrays of at
+    most 20 tasks, each indexed from 0 (Slurm itself lists them so); sbatch refuses none, every point runs
+    exactly once with its own values, and the counts add up."""
+    config = slurm("gamma", "scontrol", "show", "config").stdout
+    assert re.search(r"(?m)^MaxArraySize\s*=\s*50$", config) and "max_array_tasks=20" in config
+    sweep_dir = tmp_path / "sweep"
+    proc = slurmkit(tmp_path, "submit", "--sweep", "i=0..119", "--sweep-dir", str(sweep_dir), "--cluster", "gamma",
+                    "-p", "npu", "--gpus-per-node", "0", "-T", "single", "-t", "2", "--",
+                    "bash", "-c", 'echo "point {i} env=$SLURMKIT_SWEEP_I id=$SLURMKIT_SWEEP_POINT '
+                                  'task=${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID"')
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    submitted = [ln for ln in proc.stderr.splitlines() if ln.startswith("submitted ")]
+    assert not [ln for ln in proc.stderr.splitlines() if "rror" in ln], proc.stderr
+    sizes = [int(ln.split(": ")[1].split()[0]) for ln in submitted]
+    assert sum(sizes) == 120 and max(sizes) <= 20 and len(sizes) == 6, submitted
+    assert all(ln.startswith("submitted gamma:") for ln in submitted)
+    assert [ln.split(", array ")[1] for ln in submitted] == ["0-%d" % (n - 1) for n in sizes]
+    ids = [ln.split()[1].split(":")[1] for ln in submitted]
+    tasks = slurm("gamma", "squeue", "-r", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%F %K").stdout.split("\n")
+    per_array = {i: sorted(int(t.split()[1]) for t in tasks if t.startswith(i + " ")) for i in ids}
+    assert [per_array[i] for i in ids] == [list(range(n)) for n in sizes]        # Slurm's own view
+    data = wait_settled(tmp_path, sweep_id, timeout=300)
+    assert data["counts"] == {"COMPLETED": 120} and data["total"] == 120
+    assert {a["cluster"] for a in data["arrays"]} == {"gamma"} and len(data["arrays"]) == 6
+    seen = {}
+    for point in data["points"]:
+        text = (sweep_dir / "points" / point["point"] / "output.log").read_text()
+        lines = [ln for ln in text.splitlines() if ln.startswith("point ")]
+        assert len(lines) == 1, (point, text)                                     # ran exactly once
+        i = point["values"]["i"]
+        words = lines[0].split()
+        assert words[1] == i and words[2] == "env=" + i and words[3] == "id=" + point["point"]
+        seen[i] = words[4]
+    assert sorted(seen, key=int) == [str(i) for i in range(120)]
+    assert len(set(seen.values())) == 120                                         # 120 distinct tasks
 
 
 def test_a_passing_canary_widens_the_throttle_and_the_sweep_completes(devcluster, tmp_path, cancel_after):
