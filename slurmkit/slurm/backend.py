@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # only annotations need them; submitting must not pay for def
 
 _UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
                              r"Zero Bytes were transmitted|Communication connection failure", re.I)
+_INVALID_STATE_RE = re.compile(r"Invalid node state", re.I)
 
 
 class SlurmBackend:
@@ -137,6 +138,11 @@ class SlurmBackend:
 
     def close(self):
         pass
+
+
+def _out_of_service(state: str) -> bool:
+    """A node RESUME would act on: down, drained or draining, failing."""
+    return any(word in state.upper() for word in ("DOWN", "DRAIN", "FAIL"))
 
 
 class CommandBackend(SlurmBackend):
@@ -287,7 +293,21 @@ class CommandBackend(SlurmBackend):
         self._update_nodes(nodes, "DOWN", reason)
 
     def resume(self, nodes):
-        self._update_nodes(nodes, "RESUME", None)
+        nodes = [str(n) for n in nodes]
+        if not nodes:
+            return
+        result = self._run(commands.update_nodes(nodes, "RESUME"))
+        if not result.ok and _INVALID_STATE_RE.search(result.stderr or ""):
+            # Slurm refuses RESUME of a node already in service ("Invalid node
+            # state specified"), on every release, and resumes the others named
+            # with it.  Resuming is idempotent for slurmkit: done when none of
+            # the nodes is still out of service; the rest are tried once more.
+            left = [n.name for n in self.node_states(nodes) if _out_of_service(n.state)]
+            if not left:
+                return
+            if len(left) < len(nodes):
+                result = self._run(commands.update_nodes(left, "RESUME"))
+        self._check(result, "scontrol update State=RESUME")
 
     def _update_nodes(self, nodes, state, reason):
         nodes = [str(n) for n in nodes]

@@ -352,14 +352,36 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
         if not line.startswith("NodeName="):
             continue
         kv = parse_key_values(line)
+        state = kv.get("State", "UNKNOWN")
+        reason = _node_reason(kv.get("Reason", "") if _state_has_reason(state) else "")
         nodes.append(NodeInfo(
-            name=kv["NodeName"], state=kv.get("State", "UNKNOWN"),
+            name=kv["NodeName"], state=state,
             partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
             gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
             cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
             addr=kv.get("NodeAddr", ""), features=_features(kv.get("AvailableFeatures", "")),
-            **_node_reason(kv.get("Reason", ""))))
+            **reason))
     return nodes
+
+
+# The node states a reason explains: down, drained or draining, failing (the
+# states `sinfo -R` lists), and those Slurm itself writes a reason for (a
+# requested reboot, an invalid registration).
+_REASON_STATES = ("DOWN", "DRAIN", "FAIL", "INVAL", "REBOOT")
+
+
+def _state_has_reason(state: str) -> bool:
+    """Whether a node's ``Reason=`` still means something in ``state``.
+
+    A resumed node's reason is stale: Slurm 22.05 and 26.05 clear it on
+    RESUME, but 24.11 clears it only through the accounting storage, so on a
+    cluster without accounting (beta and gamma here) ``IDLE`` nodes keep
+    the reason of their last drain for good, and no scontrol call removes it.
+    Read as a drain, it would make the health sweep count clean checks of a
+    node in service and resume it again (which Slurm refuses).
+    """
+    upper = state.upper()
+    return any(word in upper for word in _REASON_STATES)
 
 
 def _features(text: str) -> "Tuple[str, ...]":

@@ -144,6 +144,32 @@ def test_drain_resume_round_trip_keeps_reason_user_and_time():
         [("an1", "MIXED", ""), ("an2", "IDLE", "")]
 
 
+def test_resume_is_done_when_the_nodes_are_in_service():
+    # Slurm refuses RESUME of a node in service ("Invalid node state specified")
+    # and resumes the others named with it: slurmkit reads the nodes again.
+    slurm = FakeSlurm("beta", nodes=["bn1", "bn2", "bn3"])
+    slurm.drain(["bn2"], "slurmkit: mount:/scratch")
+    before = len(slurm.commands)
+    slurm.resume(["bn1", "bn2"])
+    assert rpcs(slurm, before) == ["scontrol update", "scontrol show"]
+    assert [(n.state, n.reason) for n in slurm.node_states(["bn1", "bn2"])] == [("IDLE", ""), ("IDLE", "")]
+    before = len(slurm.commands)
+    slurm.resume(["bn2"])                                   # again: nothing left to do, no error
+    assert rpcs(slurm, before) == ["scontrol update", "scontrol show"]
+
+
+def test_resume_refused_for_a_node_still_out_of_service_says_so():
+    slurm = FakeSlurm("beta", nodes=["bn1", "bn2"])
+    slurm.set_node("bn1", "DRAIN", "admin: fan")
+    slurm.answer(["scontrol", "update"], stderr="slurm_update error: Invalid node state specified\n", returncode=1)
+    with pytest.raises(SlurmCommandError, match="State=RESUME failed on cluster beta: .*Invalid node state"):
+        slurm.resume(["bn1", "bn2"])
+    # only bn1 was still out of service: the second try named it alone
+    assert slurm.commands[-1] == ("scontrol", "update", "NodeName=bn1", "State=RESUME")
+    with pytest.raises(SlurmCommandError, match="Invalid node name"):
+        FakeSlurm("beta", nodes=["bn1"]).resume(["nosuchnode"])
+
+
 def test_down_fails_the_jobs_on_the_node():
     slurm = FakeSlurm("alpha", nodes=["an1", "an2"])
     job = slurm.submit(SCRIPT)

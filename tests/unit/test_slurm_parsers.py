@@ -99,7 +99,10 @@ def test_parse_nodes_free_gpus():
     [node] = parsers.parse_nodes(line)
     assert node.name == "an1" and node.state == "MIXED" and node.partitions == ("gpu", "cpu")
     assert node.total() == 8 and node.free() == 5 and node.usable
-    assert node.reason.startswith("bad fan")
+    # a reason on a node in service is a stale one (Slurm 24.11 keeps it after RESUME without accounting)
+    assert (node.reason, node.reason_user, node.reason_time) == ("", "", None)
+    [drained] = parsers.parse_nodes(line.replace("State=MIXED", "State=MIXED+DRAIN"))
+    assert drained.reason == "bad fan" and drained.reason_user == "root" and not drained.usable
 
 
 def test_parse_partitions():

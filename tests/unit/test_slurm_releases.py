@@ -211,6 +211,29 @@ def test_nodes_drained_and_down_with_reasons(release):
     assert not any(nodes[role[k]].usable for k in ("draining", "drained", "down"))
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_resumed_node_has_no_reason_on_any_release(release):
+    # 24.11 keeps "rec: downed [root@...]" on the IDLE node of beta (no accounting): stale, not a drain
+    r = extra(release, "nodes-beta-resumed")
+    (node,) = parsers.parse_nodes(r["stdout"])
+    assert (node.name, node.state, node.usable) == ("bn3", "IDLE", True)
+    assert (node.reason, node.reason_user, node.reason_time) == ("", "", None)
+    assert ("Reason=rec: downed" in r["stdout"]) == (release == "24.11")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resuming_a_node_in_service_is_refused_on_every_release_and_slurmkit_accepts_it(release):
+    from slurmkit.testing import FakeSlurm
+
+    again = extra(release, "resume-beta-again")
+    assert again["returncode"] == 1 and "Invalid node state" in again["stderr"]
+    slurm = FakeSlurm("beta", nodes=["bn1", "bn2", "bn3"])
+    slurm.replay(again)
+    slurm.replay(extra(release, "nodes-beta-resumed"))
+    slurm.resume(["bn3"])                                   # no error: bn3 is in service
+    assert slurm.commands[-2:] == [tuple(again["argv"]), tuple(commands.show_nodes(["bn3"]))]
+
+
 @pytest.mark.parametrize("release", NEWER)
 def test_job_control_errors_say_what_is_wrong(release):
     assert "Invalid job id" in recorded(release, "alpha", "hold-unknown")["stderr"]

@@ -26,6 +26,11 @@ It writes ``tests/unit/data/releases/MAJOR.MINOR/NAME.json``, each
   job-gamma-npu           scontrol -o -d show job of a gamma job with --gres=npu:8
   squeue-json-gamma       squeue --json for that job
   probe-alpha             slurmkit's probe script (federation.survey.probe_argv) on alpha, busy
+  nodes-beta-resumed      scontrol -o show node of a beta node drained, downed and resumed
+                          (beta has no accounting: 24.11 keeps the reason there)
+  resume-beta-again       scontrol update State=RESUME of that node, already in service
+
+``record.py resumed`` records only the last two (the clusters up as above).
 
 Every job it submits is cancelled at the end, even on failure.
 """
@@ -96,8 +101,29 @@ def script(*directives, body="sleep 300"):
     return "#!/bin/sh\n%s\n%s\n" % ("\n".join("#SBATCH " + d for d in directives), body)
 
 
+def record_resumed(r):
+    """A beta node through DRAIN, DOWN and RESUME, back in service; then RESUME once more."""
+    node = "bn3"
+    for state, reason in (("DRAIN", "rec: drained"), ("DOWN", "rec: downed"), ("RESUME", None)):
+        result = r.run("beta", commands.update_nodes([node], state, reason))
+        if result.returncode != 0:
+            raise SystemExit("scontrol update %s of %s failed: %s" % (state, node, result.stderr))
+    deadline = time.monotonic() + 60
+    while "NOT_RESPONDING" in r.run("beta", commands.show_nodes([node])).stdout:
+        if time.monotonic() > deadline:
+            raise SystemExit("%s never answered after its resume" % node)
+        time.sleep(0.5)
+    r.record("nodes-beta-resumed", "beta", commands.show_nodes([node]),
+             "scontrol -o -d show node %s after DRAIN, DOWN and RESUME (Reason=rec: ...), once it answered" % node)
+    r.record("resume-beta-again", "beta", commands.update_nodes([node], "RESUME"),
+             "scontrol update State=RESUME of %s, already resumed" % node)
+
+
 def main():
     r = Recorder()
+    if sys.argv[1:] == ["resumed"]:
+        record_resumed(r)
+        return
     try:
         r.record("version", "alpha", commands.version(), "scontrol --version")
         for c in ("alpha", "beta", "gamma"):
@@ -131,6 +157,7 @@ def main():
                  "squeue --json for the running --gres=npu:8 job")
         r.record("probe-alpha", "alpha", survey.probe_argv(),
                  "slurmkit's probe script, run locally, while the 2-node job runs")
+        record_resumed(r)
     finally:
         for role, job_id in r.jobs.items():
             r.run("gamma" if role == "npu" else "alpha", commands.scancel([job_id]))
