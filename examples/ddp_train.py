@@ -83,9 +83,11 @@ def parse_args(argv):
     p.add_argument("--first-attempt-step-seconds", type=float, default=0.0, metavar="S",
                    help="testing: on the first attempt, sleep S seconds after every step (a slow model: "
                         "a test can fail the run part-way); restarts run at full speed")
-    p.add_argument("--first-attempt-exit", type=_step_code, default=None, metavar="STEP:CODE",
+    p.add_argument("--first-attempt-exit", type=_step_code, default=None, metavar="STEP:CODE[:RANK]",
                    help="testing: on the first attempt, every rank exits with CODE after STEP (and its "
-                        "checkpoint, if one is due), as a program does after an NCCL error")
+                        "checkpoint, if one is due), as a program does after an NCCL error; with RANK, only "
+                        "that rank, at once and without leaving the process group (the others then fail "
+                        "in their next collective, or are stopped by the launcher)")
     args = p.parse_args(argv)
     if args.steps < 0 or args.batch_size < 1 or args.checkpoint_every < 0:
         p.error("--steps and --checkpoint-every must be >= 0, --batch-size >= 1")
@@ -93,10 +95,10 @@ def parse_args(argv):
 
 
 def _step_code(text):
-    step, sep, code = text.partition(":")
-    if not (sep and step.isdigit() and code.isdigit() and 1 <= int(code) <= 255):
-        raise argparse.ArgumentTypeError("STEP:CODE, e.g. 30:42 (CODE 1-255)")
-    return int(step), int(code)
+    parts = text.split(":")
+    if not (len(parts) in (2, 3) and all(p.isdigit() for p in parts) and 1 <= int(parts[1]) <= 255):
+        raise argparse.ArgumentTypeError("STEP:CODE or STEP:CODE:RANK, e.g. 30:42 (CODE 1-255)")
+    return int(parts[0]), int(parts[1]), (int(parts[2]) if len(parts) == 3 else None)
 
 
 def first_attempt():
@@ -293,8 +295,13 @@ def main(argv=None):
             say("stop rank=%d step=%d: SIGUSR1 (%s); exit %d, resume me" % (rank, step, saved, EXIT_SAVED))
             finish(dist)
             return EXIT_SAVED
-        if exit_at is not None and step == exit_at[0]:
+        if exit_at is not None and step == exit_at[0] and exit_at[2] in (None, rank):
             say("exit rank=%d step=%d: --first-attempt-exit, status %d" % (rank, step, exit_at[1]))
+            if exit_at[2] is not None:
+                # One rank dies on its own, as after a failed collective: no goodbye to the others.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(exit_at[1])
             finish(dist)
             return exit_at[1]
 

@@ -14,7 +14,10 @@ Failures, each made by Slurm itself, then restarted (or not) by the daemon:
 - a time limit on gamma (``-t 2``; Slurm's USR1 60 s before it, local.yaml's
   ``requeue.signal_grace``): the program saves and the job exits 75;
 - an exit code the site lists as transient (local.yaml: 42), one process;
-- a non-transient exit code (3): not restarted.
+- a non-transient exit code (3): not restarted;
+- the same two from one rank of a torchrun job on two nodes of alpha (rank 1
+  exits alone; torchrun and srun then exit 1 and 143, but the job script
+  exits with that worker's status, which the daemon records).
 
 After each failure a newer, incomplete checkpoint is put next to the
 complete ones (what a node dying mid-save leaves); the daemon must skip it,
@@ -22,9 +25,9 @@ say so in ``slurmkit jobs --json``, and resume from the one before.  Every
 restarted job runs to its end and its output is read: the resumed step, and
 ``final rank=R step=S loss=L`` with S = --steps and the same L on every rank.
 
-These five run side by side (each in a thread started by a module fixture,
-their first attempts slowed down by the example's --first-attempt-* hooks so
-a test can fail them part-way), while the tests that need no PyTorch run:
+These seven run side by side (each in a thread started by a module fixture,
+only those of the selected tests; their first attempts slowed down by the
+example's --first-attempt-* hooks so a test can fail them part-way), while the tests that need no PyTorch run:
 the daemon killed with SIGKILL at each point of a restart (a small driver
 patches the daemon to kill itself there, then a fresh ``daemon once``
 recovers; exactly one new attempt must exist), a crash loop stopped within
@@ -422,18 +425,60 @@ def other_exit(user, devcluster):
     return dict(first=first, first_state=state, report=report, again=again, tracked=user.tracked())
 
 
+def transient_exit_one_rank(user, devcluster):
+    """torchrun on two nodes of alpha, a worker each; rank 1 alone exits 42 after the checkpoint of
+    step 30, at once.  torchrun exits 1 and srun 143 whatever a worker's status: the job's status
+    must still be 42, the failing worker's (each worker runs under slurmkit_worker)."""
+    first = user.submit("-T", "torchrun", "-p", "cpu", "-N", 2, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS,
+                                 "--first-attempt-exit", "30:%d:1" % TRANSIENT])
+    state = user.ended(first["job_id"], timeout=240)
+    found = user.settled()
+    partial = user.partial_after(found)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], state]] and len(report["restarted"]) == 1, report
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    second_state = user.ended(second["job_id"])
+    return dict(first=first, first_state=state, found=found, partial=partial, tracked=tracked, second=second,
+                second_state=second_state, final=user.finish())
+
+
+def other_exit_one_rank(user, devcluster):
+    """torchrun on two nodes of alpha; rank 1 alone exits 3 after step 30: not restarted."""
+    first = user.submit("-T", "torchrun", "-p", "cpu", "-N", 2, "-t", 5,
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3:1"])
+    state = user.ended(first["job_id"], timeout=240)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], state]] and report["restarted"] == [], report
+    return dict(first=first, first_state=state, report=report, tracked=user.tracked())
+
+
 SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemption), "timeout": ("gamma", time_limit),
-             "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit)}
+             "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit),
+             "transient_rank": ("alpha", transient_exit_one_rank), "other_rank": ("alpha", other_exit_one_rank)}
+
+
+def scenario_test(key):
+    """A test of the scenario ``key``: only the scenarios of the selected tests are started."""
+    def mark(test):
+        test.scenario_key = key
+        return requires_torch(test)
+    return mark
 
 
 @pytest.fixture(scope="module")
-def scenarios(devcluster, tmp_path_factory):
+def scenarios(devcluster, tmp_path_factory, request):
     if _MISSING:
         pytest.skip("PyTorch is not installed in %s (make venv-train): %s" % (PYTHON, _MISSING))
     base = tmp_path_factory.mktemp("requeue")
     running = {}
+    wanted = {getattr(item.function, "scenario_key", None) for item in request.session.items
+              if item.module is request.module}
     try:
         for key, (cluster, body) in SCENARIOS.items():
+            if key not in wanted:
+                continue
             user = User(base, key, cluster)
             running[key] = Scenario(user, lambda u, body=body: body(u, devcluster))
             running[key].thread.start()
@@ -745,7 +790,7 @@ def test_the_systemd_units_run_reload_and_stop_the_daemon(tmp_path, name, wanted
 # the five failures: what their threads found
 # --------------------------------------------------------------------------
 
-@requires_torch
+@scenario_test("node_fail")
 def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenarios):
     scenario = scenarios["node_fail"]
     result = scenario.outcome()
@@ -756,7 +801,7 @@ def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenari
     assert result["found"].step >= 20
 
 
-@requires_torch
+@scenario_test("preempt")
 def test_preemption_restarts_from_the_latest_checkpoint(scenarios):
     scenario = scenarios["preempt"]
     result = scenario.outcome()
@@ -764,7 +809,7 @@ def test_preemption_restarts_from_the_latest_checkpoint(scenarios):
     assert result["found"].step >= 20
 
 
-@requires_torch
+@scenario_test("timeout")
 def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     scenario = scenarios["timeout"]
     result = scenario.outcome()
@@ -781,7 +826,7 @@ def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     check_restart(result, user, "timeout", steps=100, world=2)
 
 
-@requires_torch
+@scenario_test("transient")
 def test_transient_exit_code_restarts_from_the_latest_checkpoint(scenarios):
     scenario = scenarios["transient"]
     result = scenario.outcome()
@@ -792,7 +837,7 @@ def test_transient_exit_code_restarts_from_the_latest_checkpoint(scenarios):
     check_restart(result, scenario.user, "transient_exit", steps=60, world=1)
 
 
-@requires_torch
+@scenario_test("other_exit")
 def test_a_non_transient_exit_code_is_not_restarted(scenarios):
     scenario = scenarios["other_exit"]
     result = scenario.outcome()
@@ -806,3 +851,40 @@ def test_a_non_transient_exit_code_is_not_restarted(scenarios):
     assert result["again"]["restarted"] == [] and result["again"]["polled"] == {}
     assert len(named_jobs(user.cluster, user.name)) == 1
     assert "exit rank=0 step=30: --first-attempt-exit, status 3" in user.output(result["first"]["job_id"])
+
+
+@scenario_test("transient_rank")
+def test_a_transient_exit_of_one_torchrun_worker_is_the_jobs_and_restarts(scenarios):
+    scenario = scenarios["transient_rank"]
+    result = scenario.outcome()
+    user = scenario.user
+    first = result["final"]["attempts"][0]
+    text = user.output(result["first"]["job_id"])
+    assert "exit rank=1 step=30: --first-attempt-exit, status 42" in text
+    assert "exit rank=0 step=30" not in text, text[-3000:]
+    # The launchers said something else (torchrun 1, srun 143); the job script said 42, and the
+    # daemon recorded it (slurmkit jobs --json).
+    assert re.search(r"^slurmkit: the step ended with status (1|143); the first worker to fail \(rank 1 on \S+\) "
+                     r"exited 42: the job exits 42$", text, re.M), text[-3000:]
+    assert result["first_state"] == "FAILED" and first["exit_code"] == TRANSIENT and first["signal"] in (None, 0)
+    print("\nattempt 1 as `slurmkit jobs --json` shows it: %s" % json.dumps(
+        {k: first[k] for k in ("state", "exit_code", "signal", "cause", "decision")}))
+    assert result["found"].step == 30
+    check_restart(result, user, "transient_exit", steps=60, world=2)
+
+
+@scenario_test("other_rank")
+def test_a_non_transient_exit_of_one_torchrun_worker_is_not_restarted(scenarios):
+    scenario = scenarios["other_rank"]
+    result = scenario.outcome()
+    user, tracked = scenario.user, result["tracked"]
+    text = user.output(result["first"]["job_id"])
+    assert "exit rank=1 step=30: --first-attempt-exit, status 3" in text
+    assert result["first_state"] == "FAILED"
+    assert tracked["state"] == "stopped" and len(tracked["attempts"]) == 1, tracked
+    first = tracked["attempts"][0]
+    print("\nattempt 1 as `slurmkit jobs --json` shows it: %s" % json.dumps(
+        {k: first[k] for k in ("state", "exit_code", "signal", "cause", "decision")}))
+    assert first["exit_code"] == 3 and first["cause"] == "failed", first
+    assert "exit code 3" in tracked["reason"] and "not a transient failure" in tracked["reason"]
+    assert len(named_jobs(user.cluster, user.name)) == 1

@@ -2,10 +2,13 @@
 
 The daemon decides from that status (a transient code is restarted, another
 failure is not, 75 after SIGUSR1 is "saved, resume me"), so it must be the
-program's, however fast the program ends.  The function is taken from a real
-rendered script and run in bash.
+program's, however fast the program ends.  Under a launcher of several workers
+(srun, torchrun) each worker runs under ``slurmkit_worker``, and the status is
+the one of the worker that failed first, not the launcher's.  The functions are
+taken from a real rendered script and run in bash.
 """
 
+import os
 import signal
 import subprocess
 import time
@@ -25,8 +28,10 @@ def _run_step_function():
     spec = render.JobSpec(command=("true",), nodes=1, template="single", time="5", token="t",
                           checkpoint_dir="/ckpt", attempt=1)
     script = render.render(site, cluster, site.partition(cluster, "cpu"), spec).script
-    start = script.index("slurmkit_run_step() {")
-    return script[start:script.index("\n}\n", start) + 3]
+    # From the step directory's export to the end of slurmkit_run_step: the wrapper and the step.
+    start = script.index("export SLURMKIT_STEP_DIR=")
+    end = script.index("slurmkit_run_step() {")
+    return script[start:script.index("\n}\n", end) + 3]
 
 
 # A `kill` that takes its time before doing its job: the step has ended and been reaped by
@@ -35,10 +40,13 @@ def _run_step_function():
 SLOW_KILL = 'kill() { sleep 0.3; builtin kill "$@"; }\n'
 
 
-def _bash(body, *argv, slow_kill=False):
+def _bash(body, *argv, slow_kill=False, checkpoint_dir="/nonexistent/ckpt"):
     script = "set -euo pipefail\n" + (SLOW_KILL if slow_kill else "") + _run_step_function() + body
+    env = dict(os.environ, SLURMKIT_CHECKPOINT_DIR=str(checkpoint_dir), SLURM_JOB_ID="4711")
+    for key in ("RANK", "SLURM_PROCID"):
+        env.pop(key, None)
     return subprocess.Popen(["bash", "-c", script, "step", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.mark.parametrize("slow_kill", [False, True])
@@ -72,3 +80,87 @@ def test_sigusr1_reaches_the_program_and_the_status_says_resume_me(program, expe
     assert time.monotonic() - started < 10       # it did not sit out the program's sleep
     if expected == 75:
         assert "exit 75 so the daemon resumes it" in err
+
+
+# A launcher of three workers, each under slurmkit_worker as the srun and torchrun templates start
+# them, each in a process group of its own (as torchrun starts them): when one fails, it sends
+# SIGTERM to the others' process groups and exits with a status of its own (torchrun: 1; srun
+# --kill-on-bad-exit: 143).  Rank 1 fails with CODE after a moment; ranks 0 and 2 would run
+# for a minute.
+LAUNCHER = r"""
+pids=()
+for rank in 0 1 2; do
+    if (( rank == 1 )); then program="sleep 0.5; exit $1"; else program="exec sleep 60"; fi
+    RANK=$rank setsid bash -c 'slurmkit_worker "$@"' slurmkit-worker bash -c "$program" &
+    pids+=($!)
+done
+wait -n || true
+for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+wait || true
+exit "$2"
+"""
+
+
+@pytest.mark.parametrize("code,launcher_status", [(42, 1), (3, 143)])
+def test_the_job_exits_with_the_status_of_the_worker_that_failed_first(tmp_path, code, launcher_status):
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(LAUNCHER)
+    proc = _bash('slurmkit_run_step bash "$@"\n', str(launcher), str(code), str(launcher_status),
+                 checkpoint_dir=tmp_path / "ckpt")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert ("the step ended with status %d; the first worker to fail (rank 1 on " % launcher_status) in err, err
+    assert "exited %d: the job exits %d" % (code, code) in err
+    # The records were this attempt's only: removed with the step.
+    assert list((tmp_path / "ckpt" / ".slurmkit" / "steps").iterdir()) == []
+
+
+def test_a_failed_launch_without_worker_records_keeps_the_launchers_status(tmp_path):
+    proc = _bash('slurmkit_run_step "$@"\n', "sh", "-c", "exit 7", checkpoint_dir=tmp_path / "ckpt")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 7 and "first worker" not in err, err
+
+
+def test_an_earlier_attempts_records_are_not_read(tmp_path):
+    # A node failure killed the last attempt before its step could clean up: its worker record stays.
+    old = tmp_path / "ckpt" / ".slurmkit" / "steps" / "4700"
+    old.mkdir(parents=True)
+    (old / "0.123").write_text("1 42 0 nodeX\n")
+    proc = _bash('slurmkit_run_step "$@"\n', "sh", "-c", "exit 9", checkpoint_dir=tmp_path / "ckpt")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 9, err
+    assert not old.exists()
+
+
+@pytest.mark.parametrize("program,status", [("exit 42", 42), ("exit 0", 0), ("kill -TERM $$", 128 + 15)])
+def test_the_worker_wrapper_ends_as_its_worker_did_and_records_it(tmp_path, program, status):
+    steps = tmp_path / "ckpt" / ".slurmkit" / "steps" / "4711"
+    steps.mkdir(parents=True)
+    proc = _bash('RANK=3 bash -c \'slurmkit_worker "$@"\' slurmkit-worker bash -c "$1" || exit $?\n', program,
+                 checkpoint_dir=tmp_path / "ckpt")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    records = list(steps.iterdir())
+    assert len(records) == 1 and records[0].name.startswith("3."), records
+    when, recorded, rank, node = records[0].read_text().split()
+    assert int(recorded) == status and rank == "3" and abs(int(when) / 1e6 - time.time()) < 60
+
+
+def test_a_signal_to_the_workers_process_group_is_the_workers_to_handle(tmp_path):
+    # torchrun (2.2+) signals each worker's process group, slurmstepd every process of a task:
+    # the wrapper gets the signal too, outlives it, and records how the worker's handler ended it
+    # (here: saved, exit 75), exactly once in the worker (the wrapper does not forward it again).
+    steps = tmp_path / "ckpt" / ".slurmkit" / "steps" / "4711"
+    steps.mkdir(parents=True)
+    program = "trap 'echo usr1 >&2; sleep 0.3; exit 75' USR1; echo ready; while :; do sleep 0.05; done"
+    script = _run_step_function() + 'RANK=0 slurmkit_worker bash -c "$1"\n'
+    env = dict(os.environ, SLURMKIT_CHECKPOINT_DIR=str(tmp_path / "ckpt"), SLURM_JOB_ID="4711")
+    proc = subprocess.Popen(["bash", "-c", script, "worker", program], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    _started(proc)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, err
+    assert err.count("usr1") == 1, err
+    (record,) = steps.iterdir()
+    assert record.read_text().split()[1:3] == ["75", "0"]
