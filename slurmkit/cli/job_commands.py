@@ -83,9 +83,18 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
     partition = kwargs.pop("partition")
     sweep = sweep_commands.pop_sweep_options(kwargs)
     if sweep_commands.sweeping(sweep):
+        requeue = None
+        if auto_requeue:
+            from slurmkit.sweep.tracked import budget
+
+            requeue = budget(max_restarts, transient_exit, conventions)
+        elif max_restarts is not None or transient_exit or conventions:
+            from slurmkit.errors import UsageError
+
+            raise UsageError("--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue")
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
-                                                         auto_requeue=auto_requeue))
+                                                         checkpoint_dir=checkpoint_dir), requeue=requeue)
     if auto_requeue:
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
                                checkpoint_dir, max_restarts, transient_exit, conventions, as_json)

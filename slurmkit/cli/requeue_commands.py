@@ -35,7 +35,7 @@ def daemon_run(journal, interval, max_interval):
     """
     import logging
 
-    from slurmkit.requeue.daemon import open_daemon
+    from slurmkit.sweep.autorequeue import open_daemon    # sweep tasks too (submit --sweep --auto-requeue)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s slurmkit daemon: %(message)s")
     runner, sessions = open_daemon(journal, min_interval=interval, max_interval=max(interval, max_interval))
@@ -58,7 +58,7 @@ def daemon_once(journal, as_json):
       */2 * * * *  slurmkit daemon once >> ~/.local/state/slurmkit/daemon.log 2>&1
     """
     from slurmkit.cli import display
-    from slurmkit.requeue.daemon import open_daemon
+    from slurmkit.sweep.autorequeue import open_daemon    # sweep tasks too (submit --sweep --auto-requeue)
 
     runner, sessions = open_daemon(journal)
     runner.journal.exclusive()

@@ -60,10 +60,11 @@ def pop_sweep_options(kwargs) -> dict:
                                                       "max_running", "canary")}
 
 
-def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None):
+def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None, requeue=None):
     """Submit a sweep: the sweep id on stdout (or the JSON report), what was submitted on stderr.
 
-    ``not_with``: ``submit``'s options that a sweep does not take, by name, as given.
+    ``not_with``: ``submit``'s options that a sweep does not take, by name, as given; ``requeue``: the
+    requeue budget with ``--auto-requeue`` (each task tracked by the requeue daemon).
     """
     from slurmkit.sweep import core
 
@@ -72,14 +73,16 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
         from slurmkit.errors import UsageError
 
         raise UsageError("--%s does not apply to a sweep%s" % (given[0].replace("_", "-"), {
-            "auto_requeue": " yet: rerun failed tasks with 'slurmkit sweep rerun ID'",
+            "checkpoint_dir": ": each point checkpoints into its own directory (SLURMKIT_CHECKPOINT_DIR, "
+                              "<sweep dir>/points/<id>/checkpoint)",
             "accel": ": name the clusters with --cluster and the partition with -p",
             "explain": "", "dry_run": ": render one task's job with 'slurmkit render'"}.get(given[0], "")))
 
     request = core.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                 points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
                                 cluster=cluster, partition=partition, sweep_dir=sweep_kwargs.get("sweep_dir"),
-                                max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"))
+                                max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"),
+                                auto_requeue=requeue)
     report = core.submit(session, request)
     warn(report.warnings)
     if as_json:
@@ -99,6 +102,9 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
                % (report.sweep_id, report.points, sum(a.tasks for a in report.arrays),
                   " (skipped: %s)" % ", ".join(skipped) if skipped else "", report.sweep_dir, report.sweep_id),
                err=True)
+    if requeue is not None:
+        click.echo("its tasks are tracked: the requeue daemon (slurmkit daemon run) restarts node failures, "
+                   "preemptions and time limits of single tasks from their checkpoints", err=True)
 
 
 @click.group("sweep", context_settings=CONTEXT)

@@ -312,6 +312,37 @@ class Journal:
             db.execute("INSERT INTO events (tracked_id, at, message) VALUES (?,?,?)",
                        (tracked_id, self.clock(), message))
 
+    def track_submitted(self, jobs: List[dict]) -> List[int]:
+        """Register jobs whose first attempt Slurm already has (a sweep's array tasks), in one transaction.
+
+        Each dict holds :meth:`track`'s keyword arguments plus ``token``,
+        ``job_id`` (and the attempt's cluster is the job's).  One transaction
+        for all: a sweep registers thousands of tasks at once.
+        """
+        now = self.clock()
+        ids = []
+        with self._tx() as db:
+            for job in jobs:
+                cur = db.execute(
+                    "INSERT INTO tracked (name, site, cluster, partition, spec, checkpoint_dir, shared_clusters, "
+                    "budget, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (job["name"], job["site"], job["cluster"], job["partition"], json.dumps(job["spec"], sort_keys=True),
+                     job["checkpoint_dir"], json.dumps(list(job.get("shared_clusters", ()))),
+                     json.dumps(job.get("budget") or {}), now, now))
+                tracked_id = int(cur.lastrowid)
+                db.execute("INSERT INTO attempts (tracked_id, number, token, cluster, job_id, phase, created, updated) "
+                           "VALUES (?, 1, ?, ?, ?, 'submitted', ?, ?)",
+                           (tracked_id, job["token"], job["cluster"], str(job["job_id"]), now, now))
+                ids.append(tracked_id)
+        return ids
+
+    def stop_many(self, tracked_ids, reason: str) -> None:
+        """End tracking of these jobs (those still active), in one transaction."""
+        now = self.clock()
+        with self._tx() as db:
+            db.executemany("UPDATE tracked SET state='stopped', reason=?, updated=? WHERE id=? AND state='active'",
+                           [(reason, now, int(i)) for i in tracked_ids])
+
     # -- reading ----------------------------------------------------------------
 
     @staticmethod

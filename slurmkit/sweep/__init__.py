@@ -12,6 +12,8 @@ that fits the cluster's ``MaxArraySize``/``max_array_tasks``.  The parts:
                 throttle updates): argv builders and parsers (pure);
 - ``journal``:  the sweep journal (SQLite, WAL) under the user's state directory;
 - ``core``:     submit, status, rerun, cancel and throttle: the library's entry points;
+- ``tracked``:  tasks of ``--auto-requeue`` sweeps as jobs of the requeue journal;
+- ``autorequeue``: the requeue daemon that polls and restarts those tasks through their sweep;
 - ``testing``:  a FakeSlurm that runs job arrays, for unit tests.
 
 Layering: this package may import jobs, federation, script, slurm and

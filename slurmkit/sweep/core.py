@@ -34,6 +34,12 @@ learns goes into the journal, so finished arrays are never asked about again.
 ``scontrol requeue A_I`` while the controller still has their records (same
 job, same index), and otherwise resubmits them as a sparse array
 (``--array=3,17,42``) of the same points table; never renumbered.
+
+**Auto-requeue** (``SweepRequest.auto_requeue``): every task is tracked by
+the requeue daemon (:mod:`slurmkit.sweep.tracked`), which restarts single
+tasks through :func:`restart_point` (:mod:`slurmkit.sweep.autorequeue`);
+such tasks are never put back with ``scontrol requeue`` (submitted
+``--no-requeue``): a rerun by hand is a sparse array, tracked anew.
 """
 
 import datetime
@@ -77,6 +83,7 @@ class SweepRequest(NamedTuple):
     sweep_dir: Optional[str] = None
     max_running: Optional[int] = None
     canary: Optional[int] = None
+    auto_requeue: Optional[dict] = None   # the requeue budget (slurmkit.sweep.tracked.budget); None: off
 
 
 class ArraySubmission(NamedTuple):
@@ -147,8 +154,8 @@ def plan(request: SweepRequest) -> _Plan:
             raise UsageError("--env %s: a sweep sets it for every task (each point's values are "
                              "SLURMKIT_SWEEP_<NAME>, its checkpoint directory SLURMKIT_CHECKPOINT_DIR)" % key)
     if spec.checkpoint_dir is not None:
-        raise UsageError("--auto-requeue is not available for sweeps yet: failed tasks are rerun with "
-                         "'slurmkit sweep rerun ID'")
+        raise UsageError("--checkpoint-dir does not apply to a sweep: each point checkpoints into its own "
+                         "directory, SLURMKIT_CHECKPOINT_DIR (<sweep dir>/points/<id>/checkpoint)")
     if request.max_running is not None and request.max_running < 1:
         raise UsageError("--max-running must be at least 1")
     if request.canary is not None and request.canary < 1:
@@ -163,6 +170,19 @@ def _spec_plain(spec: JobSpec) -> dict:
     from slurmkit.requeue.tracking import spec_to_plain
 
     return spec_to_plain(spec)
+
+
+def _stored_spec(spec: JobSpec, auto_requeue: Optional[dict]) -> dict:
+    """The job as the sweep journal keeps it (JSON), with the requeue budget when the daemon restarts its tasks."""
+    data = _spec_plain(spec)
+    if auto_requeue is not None:
+        data["auto_requeue"] = dict(auto_requeue)
+    return json.loads(json.dumps(data, sort_keys=True))
+
+
+def _auto_requeue(sweep: SweepRecord) -> Optional[dict]:
+    """The requeue budget of the sweep's latest submission; None when its tasks are not tracked."""
+    return sweep.spec.get("auto_requeue")
 
 
 def _spec_from(data: dict) -> JobSpec:
@@ -271,17 +291,32 @@ def _read_file(session, cluster: str, path: str) -> Optional[str]:
 # ---------------------------------------------------------------------------
 
 class _Submitter:
-    """Renders and submits the arrays of one command, recording each in the journal first."""
+    """Renders and submits the arrays of one command, recording each in the journal first.
+
+    ``track`` (a requeue budget) puts every task it submits under the requeue
+    daemon (:mod:`slurmkit.sweep.tracked`); a spec with a checkpoint directory
+    (``track``, or one attempt the daemon restarts) is rendered for the daemon,
+    with each point's own directory.  Points placed again stop the tracking of
+    their earlier placement unless ``supersede`` is False (the daemon's own
+    restarts, which continue it).
+    """
 
     def __init__(self, session, journal: Journal, sweep: SweepRecord, spec: JobSpec, used: Dict[int, List[str]],
-                 names: Sequence[str]):
-        from slurmkit.sweep.script import sentinel_command
+                 names: Sequence[str], track: Optional[dict] = None, supersede: bool = True):
+        from slurmkit.sweep.script import sentinel_command, tag_of
 
         self.session, self.journal, self.sweep = session, journal, sweep
         self.names = list(names)
         self.command = tuple(spec.command)
         self.used = used
+        self.track, self.supersede = track, supersede
+        self.plain = _spec_plain(spec)
         sentinelled, self.sentinels = sentinel_command(pts.literal_command(spec.command), sorted(used))
+        self.checkpoint_sentinel = None
+        if track is not None or spec.checkpoint_dir is not None:
+            # Rendered with a word the array script replaces by the point's own checkpoint directory.
+            self.checkpoint_sentinel = "SLURMKIT_SWEEP_CHECKPOINT_DIR_%s" % tag_of(self.command)
+            spec = spec._replace(checkpoint_dir=self.checkpoint_sentinel)
         self.spec = spec._replace(command=sentinelled, name=spec.name or sweep.name,
                                   output=os.path.join(sweep.sweep_dir, "slurm", "%A_%a.out"))
         self.facts: Dict[str, _ClusterFacts] = {}
@@ -293,15 +328,18 @@ class _Submitter:
 
     def submit(self, cluster: str, partition: Optional[str], rows: Sequence[Row], throttle: Optional[int],
                table_of: Optional[int] = None, after: Optional[str] = None, hold: bool = False,
-               canary: Optional[int] = None, kind: str = "new") -> Tuple[int, ArraySubmission]:
-        """One array on ``cluster`` of ``rows`` (its own table, or a sparse rerun of ``table_of``'s)."""
+               canary: Optional[int] = None, kind: str = "new",
+               token: Optional[str] = None) -> Tuple[int, ArraySubmission]:
+        """One array on ``cluster`` of ``rows`` (its own table, or a sparse rerun of ``table_of``'s);
+        ``token``: the job's (default a new one)."""
         from slurmkit import jobs
         from slurmkit.sweep import script as sweep_script
+        from slurmkit.sweep import tracked
 
         facts = _facts(self.session, cluster, self.facts)
         indices = [r.index for r in rows]
         spec_text = arr.array_spec(indices, throttle, facts.limits)
-        token = "sw-" + jobs.new_token()
+        token = token or "sw-" + jobs.new_token()
         part = self.session.site.partition(self.session.site.cluster(cluster), partition)
         array_id = self.journal.begin_array(
             sweep_id=self.sweep.id, cluster=cluster, partition=part.name, token=token,
@@ -329,7 +367,8 @@ class _Submitter:
             script = sweep_script.array_script(
                 rendered.script, sweep_id=self.sweep.id, sweep_dir=sweep_dir, table=table,
                 sentinels=self.sentinels, array=arr.array_spec(indices, 1 if canary else throttle, facts.limits),
-                extra_directives=extra, table_file=table_file, canary=canary_plan, template=rendered.template)
+                extra_directives=extra, table_file=table_file, canary=canary_plan, template=rendered.template,
+                checkpoint_sentinel=self.checkpoint_sentinel)
             jobs.check_output_place(self.session, rendered)
             job_id, _ = jobs.submit_once(self.session.backend(cluster), cluster, script, token, look_first=False)
         except SlurmkitError as exc:
@@ -337,6 +376,13 @@ class _Submitter:
                 self.journal.refused(array_id, str(exc))
             raise self._partial(exc) from None
         self.journal.submitted(array_id, job_id)
+        placed = [(r.index, r.point.id) for r in rows]
+        if self.supersede:
+            tracked.supersede(self.sweep.id, [pid for _, pid in placed], "the point was placed again (%s %s:%s)"
+                              % (kind, cluster, job_id))
+        if self.track is not None:
+            tracked.register(self.sweep, cluster=cluster, partition=part.name, array_token=token, job_id=job_id,
+                             rows=placed, spec=self.plain, requeue_budget=self.track)
         done = ArraySubmission(cluster, job_id, spec_text if not canary else arr.array_spec(indices, 1), len(rows),
                                kind)
         self.done.append(done)
@@ -481,10 +527,14 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
                              "--sweep-name for a new sweep)" % (plan_.sweep_id, sweep_dir))
     else:
         sweep_dir = _norm(request.sweep_dir, local) if request.sweep_dir else default_sweep_dir(plan_.sweep_id, local)
+    if request.auto_requeue is not None and not os.path.isabs(sweep_dir):
+        raise UsageError("--auto-requeue: the requeue daemon reads each point's checkpoints on this machine; give "
+                         "--sweep-dir as an absolute path on a filesystem this machine shares with the cluster")
     # The job as stored (JSON) against this one: a requeue is only right for an unchanged job.
-    same_job = existing is not None and existing.spec == json.loads(json.dumps(_spec_plain(spec), sort_keys=True))
+    stored = _stored_spec(spec, request.auto_requeue)
+    same_job = existing is not None and existing.spec == stored
     journal.save_sweep(sweep_id=plan_.sweep_id, name=plan_.name, site=session.site.path, sweep_dir=sweep_dir,
-                       params=plan_.names, command=spec.command, spec=_spec_plain(spec),
+                       params=plan_.names, command=spec.command, spec=stored,
                        max_running=request.max_running, canary=request.canary)
     journal.add_points(plan_.sweep_id, plan_.points)
     sweep = journal.sweep(plan_.sweep_id)
@@ -504,7 +554,7 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
              (records[p.id].state in FAILED_STATES or records[p.id].state == UNKNOWN)]
     taken = {p.id for p in completed} | {p.id for p in queued} | {p.id for p in again}
     new = [p for p in plan_.points if p.id not in taken]
-    submitter = _Submitter(session, journal, sweep, spec, plan_.used, sweep.params)
+    submitter = _Submitter(session, journal, sweep, spec, plan_.used, sweep.params, track=request.auto_requeue)
     placements = []
     if new:
         # Planned before anything is submitted: a sweep that fits no cluster submits nothing at all.
@@ -514,9 +564,10 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
         _check_job_records(submitter, placements, warnings)
     # Points that ran before keep their index: Slurm's own requeue of the same task while the controller
     # has it and the job is unchanged (a requeue runs the script as first submitted), else a sparse array
-    # of the same table on the same cluster, rendered with this submission's options.
+    # of the same table on the same cluster, rendered with this submission's options.  Tasks under the
+    # requeue daemon (submitted --no-requeue) always take a sparse array: a new attempt, tracked anew.
     if again:
-        in_queue = status.in_queue if status is not None and same_job else set()
+        in_queue = status.in_queue if status is not None and same_job and request.auto_requeue is None else set()
         requeued = _requeue(session, journal, sweep, [records[p.id] for p in again if p.id in in_queue], warnings)
         submitter.done.extend(requeued.submissions)
         rest = [records[p.id] for p in again if p.id not in requeued.point_ids]
@@ -956,8 +1007,10 @@ def _rerun_locked(session, journal, sweep, failed, point_ids) -> RerunReport:
     todo = [p for p in chosen if not is_live(p.state) and p.array_id is not None]
     spec = _spec_from(sweep.spec)
     used = pts.check_command(spec.command, sweep.params)
-    submitter = _Submitter(session, journal, sweep, spec, used, sweep.params)
-    requeued = _requeue(session, journal, sweep, [p for p in todo if p.point_id in status.in_queue], warnings)
+    track = _auto_requeue(sweep)
+    submitter = _Submitter(session, journal, sweep, spec, used, sweep.params, track=track)
+    requeued = _requeue(session, journal, sweep, [p for p in todo if p.point_id in status.in_queue and track is None],
+                        warnings)
     rest = [p for p in todo if p.point_id not in requeued.point_ids]
     _resubmit_sparse(journal, sweep, submitter, rest, {}, sweep.max_running)
     released = _release_held(session, journal, sweep, status)
@@ -1049,7 +1102,7 @@ def _move_locked(session, journal, sweep, source, target, partition) -> MoveRepo
                         % (len(stayed), source))
     spec = _spec_from(sweep.spec)
     used = pts.check_command(spec.command, sweep.params)
-    submitter = _Submitter(session, journal, sweep, spec, used, sweep.params)
+    submitter = _Submitter(session, journal, sweep, spec, used, sweep.params, track=_auto_requeue(sweep))
     moved_points = [pts.make_point(p.vals) for p in gone]
     if moved_points:
         placements, more = place(session, submitter.spec, len(moved_points), target, partition, sweep.max_running)
@@ -1062,6 +1115,51 @@ def _move_locked(session, journal, sweep, source, target, partition) -> MoveRepo
     journal.event(sweep.id, "moved %d pending point(s) from %s to %s; %d stayed" % (
         len(gone), source, ", ".join(a.ref for a in submitter.done) or "nowhere", len(stayed)))
     return MoveReport(sweep.id, [p.point_id for p in gone], stayed, submitter.done, warnings)
+
+
+def restart_point(session, journal: Journal, sweep_id: str, point_id: str, tracked_job, attempt,
+                  still_tracked=lambda: True) -> Tuple[str, str]:
+    """Submit the requeue daemon's next attempt of an auto-requeue sweep's point; (cluster, ``A_I``).
+
+    A one-task sparse array of the point's table on its cluster: the same
+    index, output files and checkpoint directory, rendered with what the
+    daemon decided (``SLURMKIT_RESUME_FROM``, ``SLURMKIT_ATTEMPT``, the nodes to
+    keep off) and the attempt's token, recorded in the sweep's journal so
+    ``sweep status`` shows the point's latest attempt.  Under the sweep's lock
+    the point is looked at first: one that is queued or running, placed again
+    since this attempt's predecessor (a rerun, a move), or no longer tracked
+    (a cancel) is not submitted; its current placement is returned instead,
+    so a point never runs twice at once.
+    """
+    from slurmkit.requeue.tracking import attempt_spec
+
+    sweep = journal.find(sweep_id)
+    with journal.locked(sweep.id):
+        point = next((p for p in journal.points(sweep.id) if p.point_id == point_id), None)
+        arrays = {a.id: a for a in journal.arrays(sweep.id)}
+        array = arrays.get(point.array_id) if point is not None and point.array_id is not None else None
+        if array is None or array.job_id is None:
+            raise SlurmkitError("sweep %s has no placed point %s to restart" % (sweep.id, point_id))
+        current = "%s_%d" % (array.job_id, point.idx)
+        previous = tracked_job.attempts[-2] if len(tracked_job.attempts) > 1 else None
+        same = previous is not None and (previous.job_id in (current, point.task_job_id) or
+                                         previous.token == array.token or
+                                         previous.token.startswith(array.token + "-"))
+        if is_live(point.state) or not same or not still_tracked():
+            journal.event(sweep.id, "requeue daemon: point %s not restarted: it is %s as %s:%s" % (
+                point_id, point.state, array.cluster, current))
+            return array.cluster, current
+        part = session.site.partition(session.site.cluster(array.cluster), array.partition)
+        spec = attempt_spec(tracked_job, attempt, part.max_nodes)
+        used = pts.check_command(spec.command, sweep.params)
+        submitter = _Submitter(session, journal, sweep, spec, used, sweep.params, supersede=False)
+        row = submitter.row(point.idx, pts.make_point(point.vals))
+        _, done = submitter.submit(array.cluster, array.partition, [row], None, table_of=array.table_id,
+                                   kind="rerun", token=attempt.token)
+        journal.event(sweep.id, "requeue daemon: point %s attempt %d (%s) as %s:%s_%d%s" % (
+            point_id, attempt.number, "from " + attempt.resume_from if attempt.resume_from else "from the start",
+            array.cluster, done.job_id, point.idx, ", keeping off " + ",".join(spec.exclude) if spec.exclude else ""))
+        return array.cluster, "%s_%d" % (done.job_id, point.idx)
 
 
 class CancelReport(NamedTuple):
@@ -1078,6 +1176,10 @@ def cancel(session, sweep_id: str, journal: Optional[Journal] = None) -> CancelR
     try:
         sweep = journal.find(sweep_id)
         with journal.locked(sweep.id):
+            from slurmkit.sweep import tracked
+
+            # First: the requeue daemon must not restart what is cancelled now (nor a failure waiting to be).
+            tracked.supersede(sweep.id, None, "the sweep was cancelled")
             status = refresh(session, journal, sweep, reconcile=True)
             live: Dict[str, Set[str]] = {}
             count = 0

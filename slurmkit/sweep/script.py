@@ -198,12 +198,15 @@ def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
 
 def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, sentinels: Sequence[str],
                  array: str, extra_directives: Sequence[str] = (), table_file: Optional[Tuple[str, str]] = None,
-                 canary: Optional[Canary] = None, template: str = "") -> str:
+                 canary: Optional[Canary] = None, template: str = "", checkpoint_sentinel: Optional[str] = None) -> str:
     """The array's script from the job's rendered script (see the module docstring).
 
     ``table`` is the points table (:func:`table_function`); with ``table_file``,
     (path, sha256) of the same table written next to the sweep, the script
-    reads that file instead.  ``array`` is the ``--array`` value.
+    reads that file instead.  ``array`` is the ``--array`` value.  A job
+    rendered for the requeue daemon with ``checkpoint_sentinel`` as its
+    checkpoint directory gets each point's own instead (the prologue's
+    ``SLURMKIT_CHECKPOINT_DIR``).
     """
     lines = rendered.split("\n")
     if not _BASH_RE.match(lines[0]):
@@ -220,6 +223,12 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, se
                               '"${slurmkit_sweep_words[%d]}"' % k, body)
         if not count:
             raise UsageError("template %s does not print the command where a sweep can put each point's values; "
+                             "use a built-in template (single, srun, torchrun)" % (template or "?"))
+    if checkpoint_sentinel is not None:
+        body, count = re.subn(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(checkpoint_sentinel),
+                              '"$SLURMKIT_CHECKPOINT_DIR"', body)
+        if not count:
+            raise UsageError("template %s does not export SLURMKIT_CHECKPOINT_DIR where the requeue daemon needs it; "
                              "use a built-in template (single, srun, torchrun)" % (template or "?"))
     directives = ["#SBATCH --array=%s" % array] + ["#SBATCH %s" % d for d in extra_directives]
     head = lines[:last_directive + 1] + directives + lines[last_directive + 1:first_command]

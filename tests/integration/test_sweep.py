@@ -5,6 +5,8 @@ point's own output file, and what Slurm itself says (squeue), not only slurmkit'
 tiny (a Python one-liner), so a 200-point sweep over alpha and beta takes well under a minute.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -271,3 +273,123 @@ def test_pending_tasks_move_to_another_cluster_and_every_point_runs_once(devclus
     assert all(len(lines) == 1 for lines in said.values())          # every point ran exactly once
     clusters = sorted(lines[0].split()[-1] for lines in said.values())
     assert clusters == ["alpha"] + ["gamma"] * 5
+
+
+
+# Trains 30 steps with slurmkit.checkpoint, one checkpoint per step in the point's own directory, resuming
+# from the checkpoint the requeue daemon chose (SLURMKIT_RESUME_FROM); the point with seed SLOW_SEED takes
+# 1 s a step in its first attempt (time to fail its node), every other run 0.1 s.
+CHECKPOINTING = ("import json, os, sys, time\n"
+                 "from slurmkit import checkpoint\n"
+                 "seed, steps = sys.argv[1], 30\n"
+                 "root, path = checkpoint.checkpoint_root(), checkpoint.resume_path()\n"
+                 "start = json.load(open(os.path.join(path, 'state.json')))['step'] if path else 0\n"
+                 "print('attempt=%s resume from=%s step=%d' % (checkpoint.attempt(), path, start), flush=True)\n"
+                 "slow = seed == os.environ['SLOW_SEED'] and checkpoint.attempt() == 1\n"
+                 "step = start\n"
+                 "for step in range(start + 1, steps + 1):\n"
+                 "    time.sleep(1.0 if slow else 0.1)\n"
+                 "    with checkpoint.checkpoint_dir(root, step) as tmp:\n"
+                 "        json.dump({'step': step, 'seed': seed}, open(os.path.join(tmp, 'state.json'), 'w'))\n"
+                 "print('final seed=%s step=%d node=%s' % (seed, step, os.environ['SLURMD_NODENAME']), flush=True)\n")
+
+
+@contextlib.contextmanager
+def node_lock(devcluster):
+    """The lock every test that changes node states takes (as tests/integration/test_requeue.py does)."""
+    with open(str(Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def node_fields(cluster, node):
+    out = slurm(cluster, "scontrol", "show", "node", "-o", node).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def attempts_of(sweep_dir, point_id):
+    """The lines each attempt of a point printed, attempt by attempt (after the sweep's '== ...' lines)."""
+    runs = []
+    for line in (sweep_dir / "points" / point_id / "output.log").read_text().splitlines():
+        if line.startswith("== slurmkit sweep "):
+            runs.append([])
+        elif runs:
+            runs[-1].append(line)
+    return runs
+
+
+def test_auto_requeue_restarts_only_the_task_whose_node_failed_from_its_own_checkpoint(devcluster, tmp_path,
+                                                                                      cancel_after):
+    """Four points on alpha, each on a node of its own (--exclusive: only this sweep's task dies with the
+    node); the slow point's node is set DOWN (NODE_FAIL) after a few checkpoints.  `slurmkit daemon once`
+    restarts just that point, as a one-task array on another node, from its newest complete checkpoint; it
+    ends at step 30, the others ran once, and `sweep status` shows every point COMPLETED."""
+    sweep_dir = tmp_path / "sweep"
+    # --env, not the submitting shell's environment: the daemon's restarts are submitted from its own.
+    proc = slurmkit(tmp_path, "submit", "--sweep", "seed=0..3", "--auto-requeue", "--max-restarts", "3",
+                    "--sweep-dir", str(sweep_dir), "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "3",
+                    "--exclusive", "--env", "SLOW_SEED=2", "--", sys.executable, "-c", CHECKPOINTING, "{seed}")
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    assert "its tasks are tracked" in proc.stderr
+    tracked = json.loads(slurmkit(tmp_path, "jobs", "--json").stdout)
+    assert sorted(t["name"] for t in tracked) == sorted("%s/%s" % (sweep_id, p["point"])
+                                                        for p in status(tmp_path, sweep_id)["points"])
+
+    def slow_is_checkpointing(data):
+        slow = next(p for p in data["points"] if p["values"]["seed"] == "2")
+        others = [p["state"] for p in data["points"] if p is not slow]
+        steps = list((sweep_dir / "points" / slow["point"] / "checkpoint").glob("step-*"))
+        return slow["state"] == "RUNNING" and len(steps) >= 3 and others == ["COMPLETED"] * 3
+
+    data = wait_settled(tmp_path, sweep_id, timeout=180, done=slow_is_checkpointing)
+    slow = next(p for p in data["points"] if p["values"]["seed"] == "2")
+    (victim,) = slurm("alpha", "scontrol", "show", "hostnames", slow["nodes"]).stdout.split()
+    reason = "slurmkit-test: sweep auto-requeue node failure %d" % os.getpid()
+    with node_lock(devcluster):
+        slurm("alpha", "scontrol", "update", "NodeName=" + victim, "State=DOWN", "Reason=" + reason)
+        try:
+            failed = wait_settled(tmp_path, sweep_id, timeout=60, done=lambda d: any(
+                p["state"] == "NODE_FAIL" for p in d["points"]))
+            assert failed["counts"] == {"COMPLETED": 3, "NODE_FAIL": 1}
+            newest = max(int(p.name.split("-")[1]) for p in
+                         (sweep_dir / "points" / slow["point"] / "checkpoint").glob("step-*"))
+            report = json.loads(slurmkit(tmp_path, "daemon", "once", "--json").stdout)
+        finally:
+            if node_fields("alpha", victim).get("Reason", "").startswith("slurmkit-test"):
+                slurm("alpha", "scontrol", "update", "NodeName=" + victim, "State=RESUME", check=False)
+            deadline = time.monotonic() + 90
+            while any(s in node_fields("alpha", victim).get("State", "") for s in ("DOWN", "DRAIN", "NOT_RESP")):
+                assert time.monotonic() < deadline, "node %s not back in service" % victim
+                time.sleep(1)
+    assert sorted(state for _, state in report["finished"]) == ["COMPLETED"] * 3 + ["NODE_FAIL"]
+    assert len(report["restarted"]) == 1 and report["errors"] == []
+
+    data = wait_settled(tmp_path, sweep_id, timeout=180)
+    assert data["counts"] == {"COMPLETED": 4}
+    again = next(p for p in data["points"] if p["point"] == slow["point"])
+    (first_array,) = {p["task"].split("_")[0] for p in data["points"] if p["point"] != slow["point"]}
+    assert again["task"].split("_")[0] != first_array and again["task"].endswith("_%s" % slow["task"].split("_")[1])
+    assert len(data["arrays"]) == 2                                   # the sweep's array + a one-task array
+    for point in data["points"]:
+        runs = attempts_of(sweep_dir, point["point"])
+        seed = point["values"]["seed"]
+        if point["point"] != slow["point"]:
+            assert len(runs) == 1 and runs[0][0] == "attempt=1 resume from=None step=0", runs   # not touched
+            assert runs[0][-1].startswith("final seed=%s step=30 " % seed)
+            continue
+        assert len(runs) == 2, runs                                    # the failed attempt and the restart
+        assert runs[0] == ["attempt=1 resume from=None step=0"]        # died with its node, before its end
+        resumed = "%s/step-%06d" % (sweep_dir / "points" / point["point"] / "checkpoint", newest)
+        assert runs[1][0] == "attempt=2 resume from=%s step=%d" % (resumed, newest), runs
+        assert runs[1][-1].startswith("final seed=2 step=30 node=") and not runs[1][-1].endswith("=" + victim)
+
+    last = json.loads(slurmkit(tmp_path, "daemon", "once", "--json").stdout)
+    assert [state for _, state in last["finished"]] == ["COMPLETED"] and last["restarted"] == []
+    tracked = {t["name"]: t for t in json.loads(slurmkit(tmp_path, "jobs", "--all", "--json").stdout)}
+    assert {t["state"] for t in tracked.values()} == {"completed"} and len(tracked) == 4
+    mine = tracked["%s/%s" % (sweep_id, slow["point"])]
+    assert [(a["state"], a["resume_step"]) for a in mine["attempts"]] == [("NODE_FAIL", None), ("COMPLETED", newest)]

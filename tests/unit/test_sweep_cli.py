@@ -107,8 +107,10 @@ def test_sweep_list_shows_the_journal(clusters, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (("submit", "--max-running", "4", "--", "true"), "--max-running applies to sweeps"),
-    (("submit", "--sweep", "lr=1", "--auto-requeue", "-M", "alpha", "--", "true", "{lr}"),
-     "--auto-requeue does not apply to a sweep yet"),
+    (("submit", "--sweep", "lr=1", "--auto-requeue", "--checkpoint-dir", "/c", "-M", "alpha", "--", "true", "{lr}"),
+     "--checkpoint-dir does not apply to a sweep: each point checkpoints into its own directory"),
+    (("submit", "--sweep", "lr=1", "--max-restarts", "2", "-M", "alpha", "--", "true", "{lr}"),
+     "--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue"),
     (("submit", "--sweep", "lr=1", "--dry-run", "--", "true", "{lr}"), "--dry-run does not apply to a sweep"),
     (("submit", "--sweep", "lr", "--", "true"), "--sweep 'lr': write NAME=V1,V2"),
     (("submit", "--sweep", "lr=1", "--", "true", "{lrr}"), "placeholder {lrr} in the command"),
@@ -133,3 +135,25 @@ def test_a_refused_submission_is_one_line_and_exit_1(clusters, capsys):
                              returncode=1)
     code, out, err = run(capsys, *SUBMIT)
     assert code == 1 and out == "" and "Invalid account" in one_error(err)
+
+
+def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(clusters, capsys):
+    code, out, err = run(capsys, "submit", "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
+    sweep_id = out.strip()
+    assert code == 0 and "its tasks are tracked: the requeue daemon" in err
+    code, listed, _ = run(capsys, "jobs", "--json")
+    tracked = json.loads(listed)
+    assert code == 0 and len(tracked) == 8 and all(t["name"].startswith(sweep_id + "/") for t in tracked)
+    assert {json.dumps(t["budget"]) for t in tracked} == {'{"max_restarts": 2}'}
+    alpha = clusters["alpha"]
+    first, second = list(alpha.arrays)
+    alpha.run(first)
+    alpha.run(second)
+    alpha.finish_task(second, 1, "PREEMPTED")
+    code, out, err = run(capsys, "daemon", "once", "--json")
+    report = json.loads(out)
+    assert code == 0 and len(report["finished"]) == 8 and len(report["restarted"]) == 1, (out, err)
+    (restart,) = [a for a in alpha.arrays.values() if a.job_id not in (first, second)]
+    assert restart.indices == [1] and "export SLURMKIT_ATTEMPT=2" in restart.script
+    code, out, _ = run(capsys, "sweep", "status", sweep_id, "--json")
+    assert json.loads(out)["counts"] == {"COMPLETED": 7, "PENDING": 1}

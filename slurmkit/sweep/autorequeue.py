@@ -1,0 +1,134 @@
+"""The requeue daemon with sweeps: tasks of ``submit --sweep ... --auto-requeue`` restarted one by one.
+
+:class:`SweepDaemon` is the requeue daemon (:class:`slurmkit.requeue.daemon.Daemon`:
+the same journal, policy, budgets, backoff, excluded nodes and intents with
+tokens) with two differences for the tracked jobs that are a sweep's points
+(:mod:`slurmkit.sweep.tracked`):
+
+- **poll**: they are asked about the way ``sweep status`` asks, one
+  ``squeue --array`` per cluster for each sweep (plus ``sacct`` and the
+  tasks' own ``exit.status`` records for tasks Slurm forgot), under the
+  sweep's lock; a sweep a user's command is working on is polled next cycle;
+- **submit**: a restart is a one-task sparse array of the point's table
+  (:func:`slurmkit.sweep.core.restart_point`): the point keeps its index,
+  output and checkpoint directory, resumes from the checkpoint the policy
+  chose, and the sweep's journal records it as the point's latest attempt.
+
+Other tracked jobs go through the daemon unchanged.  ``slurmkit daemon
+run|once`` use :func:`open_daemon`.
+"""
+
+from typing import List, Optional, Tuple
+
+from slurmkit.errors import SlurmkitError
+from slurmkit.requeue.daemon import CycleReport, Daemon
+from slurmkit.requeue.journal import Tracked
+from slurmkit.sweep.tracked import point_of
+
+
+class SweepDaemon(Daemon):
+    """The requeue daemon, polling and restarting sweep points through their sweep (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._submit_plain = self.submit_attempt
+        self.submit_attempt = self._submit_attempt
+
+    def _poll(self, active: List[Tracked], report: CycleReport) -> None:
+        super()._poll([t for t in active if point_of(t) is None], report)
+        points = [t for t in active if point_of(t) is not None and t.current is not None
+                  and t.current.phase == "submitted"]
+        if points:
+            self._poll_points(points, report)
+
+    def _poll_points(self, items: List[Tracked], report: CycleReport) -> None:
+        from slurmkit.slurm.types import FINISHED_STATES
+        from slurmkit.sweep import core
+        from slurmkit.sweep.journal import Journal, SweepBusy
+
+        groups = {}
+        for t in items:
+            groups.setdefault((t.site, point_of(t)[0]), []).append(t)
+        journal = Journal()
+        try:
+            for (site, sweep_id), group in groups.items():
+                sweep = journal.sweep(sweep_id)
+                if sweep is None:
+                    report.errors.append("sweep %s of %d tracked point(s) is not in %s" % (
+                        sweep_id, len(group), journal.path))
+                    continue
+                try:
+                    session = self.sessions(site)
+                    with journal.locked(sweep.id, wait=0):
+                        status = core.refresh(session, journal, sweep, reconcile=True)
+                except SweepBusy:
+                    continue       # a user's command is working on the sweep: next cycle
+                except SlurmkitError as exc:
+                    report.errors.append("sweep %s: %s" % (sweep.id, exc))
+                    continue
+                for cluster, why in status.unreachable.items():
+                    report.errors.append("sweep %s: cluster %s: %s" % (sweep.id, cluster, why))
+                points = {p.point_id: p for p in status.points}
+                arrays = {a.id: a for a in status.arrays}
+                now = self.clock()
+                for t in group:
+                    p = points.get(point_of(t)[1])
+                    array = arrays.get(p.array_id) if p is not None else None
+                    if array is None or array.cluster in status.unreachable:
+                        continue
+                    attempt = t.current
+                    if not _is_placement(attempt, array, p):
+                        # Placed again without this tracking being stopped (an interrupted command):
+                        # the new placement is the user's; never restart the old one.
+                        self.journal.stop(t.id, "point %s was placed again (%s:%s_%d)" % (
+                            p.point_id, array.cluster, array.job_id, p.idx))
+                        report.changed = True
+                        continue
+                    report.polled[array.cluster] = report.polled.get(array.cluster, 0) + 1
+                    if p.state in FINISHED_STATES:
+                        self.journal.finished(attempt.id, state=p.state, exit_code=p.exit_code, signal=p.signal,
+                                              nodes=p.nodes, reason=p.reason, ended_at=now)
+                        report.finished.append((t.id, p.state))
+                        report.changed = True
+                    elif core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes):
+                        self.journal.observed(attempt.id, state=p.state, nodes=p.nodes)
+                        report.changed = True
+        finally:
+            journal.close()
+
+    def _submit_attempt(self, tracked, attempt, cluster: str) -> Tuple[str, str]:
+        where = point_of(tracked)
+        if where is None:
+            return self._submit_plain(tracked, attempt, cluster)
+        from slurmkit.sweep import core
+        from slurmkit.sweep.journal import Journal
+
+        journal = Journal()
+        try:
+            return core.restart_point(self.sessions(tracked.site), journal, where[0], where[1], tracked, attempt,
+                                      still_tracked=lambda: self.journal.job(tracked.id).state == "active")
+        finally:
+            journal.close()
+
+
+def _is_placement(attempt, array, point) -> bool:
+    """Whether the point's placement in the sweep is this attempt's task (by token, else by id)."""
+    if attempt.token == array.token or attempt.token.startswith(array.token + "-"):
+        return True
+    return attempt.job_id in ("%s_%d" % (array.job_id, point.idx), point.task_job_id, array.job_id)
+
+
+def open_daemon(journal_path: Optional[str] = None, min_interval: float = 5.0,
+                max_interval: float = 60.0):
+    """:func:`slurmkit.requeue.daemon.open_daemon`, as a :class:`SweepDaemon`; the caller closes the sessions."""
+    from functools import partial
+
+    from slurmkit.requeue import tracking
+    from slurmkit.requeue.daemon import SiteSessions
+    from slurmkit.requeue.journal import Journal
+
+    journal = Journal(journal_path)
+    sessions = SiteSessions()
+    daemon = SweepDaemon(journal, sessions=sessions, submit_attempt=partial(tracking.submit_attempt, sessions),
+                         min_interval=min_interval, max_interval=max_interval)
+    return daemon, sessions

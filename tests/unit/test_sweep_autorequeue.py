@@ -1,0 +1,209 @@
+"""Sweeps under the requeue daemon (submit --sweep ... --auto-requeue) against FakeArraySlurm: every task
+tracked, the daemon's policy restarting only the task that failed, from its own point's checkpoint, as a
+one-task array of the same table; reruns, moves and cancels by hand take the point from the daemon."""
+
+import os
+import re
+
+import pytest
+
+from slurmkit import checkpoint
+from slurmkit.requeue.daemon import CycleReport
+from slurmkit.requeue.journal import Journal as RequeueJournal
+from slurmkit.script.render import JobSpec
+from slurmkit.sweep import core
+from slurmkit.sweep.autorequeue import SweepDaemon
+from slurmkit.sweep.journal import Journal
+from slurmkit.sweep.testing import FakeArraySlurm
+from slurmkit.sweep.tracked import point_of
+from slurmkit.testing import FakeClock, fake_session
+
+COMMAND = ("python3", "train.py", "--seed", "{seed}")
+
+
+class World:
+    def __init__(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.delenv("SLURMKIT_VIA", raising=False)
+        self.tmp = tmp_path
+        self.clock = FakeClock()
+        self.alpha = FakeArraySlurm("alpha", nodes=["an1", "an2", "an3", "an4"], clock=self.clock)
+        self.session = fake_session(alpha=self.alpha)
+        self.sweeps = Journal(str(tmp_path / "state" / "sweeps.db"))
+        self.plain = []
+        self.daemon = SweepDaemon(RequeueJournal(str(tmp_path / "state" / "requeue.db"), clock=self.clock.time),
+                                  sessions=lambda site: self.session, submit_attempt=self._plain,
+                                  clock=self.clock.time, sleep=self.clock.sleep)
+
+    def _plain(self, tracked, attempt, cluster):
+        self.plain.append(tracked.id)
+        raise AssertionError("a sweep point went to the plain submission")
+
+    def submit(self, grid=("seed=0..3",), **budget):
+        spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, time="00:05:00")
+        request = core.SweepRequest(spec=spec, grid=grid, sweep_dir=str(self.tmp / "sweep"), auto_requeue=budget)
+        return core.submit(self.session, request, self.sweeps)
+
+    def tracked(self):
+        return {point_of(t)[1]: t for t in self.daemon.journal.jobs()}
+
+    def point_dir(self, point_id):
+        return self.tmp / "sweep" / "points" / point_id
+
+    def save(self, point_id, step):
+        root = self.point_dir(point_id) / "checkpoint"
+        root.mkdir(parents=True, exist_ok=True)
+        with checkpoint.checkpoint_dir(str(root), step) as tmp:
+            with open(os.path.join(tmp, "state.pt"), "wb") as fh:
+                fh.write(b"x" * step)
+        return checkpoint.step_path(str(root), step)
+
+    def close(self):
+        self.sweeps.close()
+        self.daemon.journal.close()
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    w = World(tmp_path, monkeypatch)
+    yield w
+    w.close()
+
+
+def rows(script):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"(?m)^    (\d+)\) slurmkit_sweep_point=(\w+);", script)}
+
+
+def test_every_task_is_tracked_with_its_own_checkpoint_directory_and_the_daemons_script(world):
+    report = world.submit(max_restarts=4)
+    (array,) = world.alpha.arrays.values()
+    script = array.script
+    assert "#SBATCH --no-requeue" in script and re.search(r"(?m)^#SBATCH --signal=B:USR1@\d+$", script)
+    assert 'export SLURMKIT_CHECKPOINT_DIR="$SLURMKIT_CHECKPOINT_DIR"' in script     # the prologue's, per point
+    assert "SLURMKIT_SWEEP_CHECKPOINT_DIR_" not in script and "slurmkit_run_step " in script
+    assert "export SLURMKIT_ATTEMPT=1" in script
+    tracked = world.tracked()
+    assert set(tracked) == set(rows(script).values()) and len(tracked) == 4
+    for index, point_id in rows(script).items():
+        t = tracked[point_id]
+        assert t.name == "%s/%s" % (report.sweep_id, point_id) and t.budget == {"max_restarts": 4}
+        assert t.checkpoint_dir == str(world.point_dir(point_id) / "checkpoint") and t.cluster == "alpha"
+        (first,) = t.attempts
+        assert (first.phase, first.job_id, first.number) == ("submitted", "%s_%d" % (array.job_id, index), 1)
+
+
+def test_a_node_failure_restarts_only_that_task_from_its_checkpoint_as_a_one_task_array(world):
+    report = world.submit()
+    (array,) = world.alpha.arrays.values()
+    points = rows(array.script)
+    world.alpha.run(array.job_id)                                      # all four complete ...
+    world.alpha.finish_task(array.job_id, 2, "NODE_FAIL")              # ... but task 2's node died
+    failed = world.alpha.task(array.job_id, 2)
+    world.alpha.set_node(failed.nodes, "DOWN", reason="dead")
+    world.save(points[2], 10)
+    newest = world.save(points[2], 20)
+    report_ = world.daemon.cycle()
+    assert sorted(state for _, state in report_.finished) == ["COMPLETED"] * 3 + ["NODE_FAIL"]
+    assert len(report_.restarted) == 1 and not world.plain
+    (restart,) = [a for a in world.alpha.arrays.values() if a.job_id != array.job_id]
+    assert restart.indices == [2] and rows(restart.script) == {2: points[2]}   # same index, same point
+    assert "export SLURMKIT_RESUME_FROM=%s" % newest in restart.script
+    assert "export SLURMKIT_ATTEMPT=2" in restart.script
+    assert "#SBATCH --exclude=%s" % failed.nodes in restart.script
+    assert "#SBATCH --comment=slurmkit:%s" % world.tracked()[points[2]].attempts[1].token in restart.script
+    tracked = world.tracked()
+    assert {p: t.state for p, t in tracked.items()} == {p: "completed" if p != points[2] else "active"
+                                                        for p in points.values()}
+    status = core.status(world.session, report.sweep_id, world.sweeps)
+    assert status.counts() == {"COMPLETED": 3, "PENDING": 1}
+    (pending,) = [p for p in status.points if p.state == "PENDING"]
+    assert status.task_name(pending) == "alpha:%s_2" % restart.job_id           # its latest attempt
+    world.alpha.run(restart.job_id)
+    again = world.daemon.cycle()
+    assert again.finished == [(tracked[points[2]].id, "COMPLETED")] and again.restarted == []
+    assert world.tracked()[points[2]].state == "completed"
+    assert core.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 4}
+
+
+def test_a_program_failure_is_not_restarted_and_stays_failed_for_sweep_rerun(world):
+    report = world.submit()
+    (array,) = world.alpha.arrays.values()
+    world.alpha.run(array.job_id, {1: 3})
+    cycle = world.daemon.cycle()
+    assert cycle.restarted == [] and len(world.alpha.arrays) == 1
+    states = {t.state for t in world.tracked().values()}
+    assert states == {"completed", "stopped"}
+    assert core.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 3, "FAILED": 1}
+
+
+def test_a_rerun_by_hand_takes_the_point_from_the_daemon_and_it_never_runs_twice(world):
+    report = world.submit()
+    (array,) = world.alpha.arrays.values()
+    points = rows(array.script)
+    world.alpha.run(array.job_id)
+    world.alpha.finish_task(array.job_id, 1, "NODE_FAIL")
+    first = world.tracked()[points[1]]
+    rerun = core.rerun(world.session, report.sweep_id, journal=world.sweeps)
+    assert [a.kind for a in rerun.arrays] == ["rerun"]                  # a sparse array, tracked anew
+    by_point = {}
+    for t in world.daemon.journal.jobs():
+        by_point.setdefault(point_of(t)[1], []).append(t)
+    assert [t.state for t in by_point[points[1]]] == ["stopped", "active"]
+    assert world.daemon.journal.job(first.id).reason.startswith("the point was placed again")
+    cycle = world.daemon.cycle()
+    assert cycle.restarted == [] and len(world.alpha.arrays) == 2       # the daemon submitted nothing
+
+
+def test_the_daemon_adopts_a_placement_made_while_it_was_deciding(world):
+    """Its list of jobs was read before a rerun by hand stopped the old tracking: under the sweep's lock it
+    sees the point placed again and submits nothing."""
+    report = world.submit()
+    (array,) = world.alpha.arrays.values()
+    points = rows(array.script)
+    world.alpha.run(array.job_id)
+    world.alpha.finish_task(array.job_id, 3, "NODE_FAIL")
+    world.daemon._poll(world.daemon.journal.jobs(state="active"), CycleReport())
+    world.daemon._decide(world.daemon.journal.jobs(state="active"), CycleReport())
+    stale = world.daemon.journal.jobs(state="active")                   # the daemon's view: one intent
+    assert [t.current.phase for t in stale] == ["intent"]
+    core.rerun(world.session, report.sweep_id, journal=world.sweeps)   # the user, meanwhile
+    tracked, attempt = stale[0], stale[0].current
+    cluster, task = world.daemon.submit_attempt(tracked, attempt, "alpha")
+    (rerun,) = [a for a in world.alpha.arrays.values() if a.job_id != array.job_id]
+    assert (cluster, task) == ("alpha", "%s_3" % rerun.job_id) and len(world.alpha.arrays) == 2
+    assert point_of(tracked)[1] == points[3]
+
+
+def test_cancel_stops_the_tracking_so_nothing_cancelled_comes_back(world):
+    report = world.submit()
+    (array,) = world.alpha.arrays.values()
+    world.alpha.finish_task(array.job_id, 0, "NODE_FAIL")
+    core.cancel(world.session, report.sweep_id, world.sweeps)
+    assert {t.state for t in world.tracked().values()} == {"stopped"}
+    cycle = world.daemon.cycle()
+    assert cycle.restarted == [] and len(world.alpha.arrays) == 1
+
+
+def test_auto_requeue_needs_an_absolute_sweep_dir_and_takes_no_checkpoint_dir(world):
+    spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, checkpoint_dir="/x")
+    with pytest.raises(core.UsageError, match="--checkpoint-dir does not apply to a sweep"):
+        core.submit(world.session, core.SweepRequest(spec=spec, grid=("seed=1",), sweep_dir=str(world.tmp / "s")),
+                    world.sweeps)
+    assert world.alpha.arrays == {}
+
+
+def test_a_time_limit_restarts_a_task_only_when_its_point_has_a_newer_checkpoint(world):
+    world.submit()
+    (array,) = world.alpha.arrays.values()
+    points = rows(array.script)
+    world.alpha.finish_task(array.job_id, 0, "TIMEOUT")
+    world.alpha.finish_task(array.job_id, 1, "TIMEOUT")
+    saved = world.save(points[1], 7)                         # only point 1 checkpointed before its limit
+    cycle = world.daemon.cycle()
+    assert len(cycle.restarted) == 1
+    (restart,) = [a for a in world.alpha.arrays.values() if a.job_id != array.job_id]
+    assert rows(restart.script) == {1: points[1]} and "export SLURMKIT_RESUME_FROM=%s" % saved in restart.script
+    tracked = world.tracked()
+    assert tracked[points[0]].state == "stopped" and "without a newer checkpoint" in tracked[points[0]].reason
+    assert tracked[points[1]].state == "active" and tracked[points[1]].current.resume_step == 7
