@@ -413,6 +413,9 @@ class FakeSlurm(CommandBackend):
     def has_accounting(self):
         return self._call("has_accounting", CommandBackend.has_accounting)
 
+    def accounting_since(self, seconds_ago, user=None):
+        return self._call("accounting_since", CommandBackend.accounting_since, seconds_ago, user)
+
     def cancel(self, job_ids):
         return self._call("cancel", CommandBackend.cancel, job_ids)
 
@@ -488,8 +491,16 @@ class FakeSlurm(CommandBackend):
             return self._test_only(stdin or "")
         if program == "squeue" and "--json" in rest:
             return self._squeue_json()
-        if program == "sacct":
+        if program == "sacct" and _option(rest, "--jobs="):
             return self._sacct(_option(rest, "--jobs=").split(","), steps="--allocations" not in rest)
+        if program == "sacct":
+            # --starttime=now-N: the jobs that ran or ended since then (all of them with
+            # accounting: it forgets nothing), of --user if given.
+            since = self.clock.time() - int(_option(rest, "--starttime=now-") or 86400)
+            user = _option(rest, "--user=")
+            ids = [j.job_id for j in self.table.values()
+                   if (not user or j.user == user) and (j.end_time == 0 or j.end_time >= since)]
+            return self._sacct(ids, steps="--allocations" not in rest)
         if program == "scancel":
             return self._scancel(rest)
         if program == "scontrol":

@@ -48,6 +48,10 @@ log = logging.getLogger("slurmkit.requeue")
 # checkpoint moved.
 EXIT_SAVED = 75
 
+# How much further back than the oldest intent the accounting lookup of tokens reaches: the
+# intent's time is the daemon's clock, the sacct window the cluster's.
+ACCOUNTING_MARGIN_S = 3600.0
+
 
 @dataclass
 class CycleReport:
@@ -60,6 +64,7 @@ class CycleReport:
     errors: List[str] = field(default_factory=list)
     changed: bool = False
     next_end: Optional[float] = None    # the soonest time limit of a running attempt (epoch)
+    next_due: Optional[float] = None    # the soonest restart still waiting for its backoff (epoch)
 
 
 def new_token() -> str:
@@ -98,6 +103,10 @@ class Daemon:
         self.reload_requested = threading.Event()
         self._wake = threading.Event()      # ends the wait between cycles: SIGTERM, or SIGHUP's reload
         self._cluster_backoff: Dict[Tuple[str, str], Tuple[float, int]] = {}   # (site, cluster) -> (until, fails)
+        # Intents this process wrote and has not yet tried to submit with an unknown outcome: no
+        # sbatch can have run for them, so squeue alone answers their token lookup (the others,
+        # from before a crash, may have run and ended since: accounting is asked too).
+        self._planned: set = set()
 
     # -- the loop ---------------------------------------------------------------
 
@@ -139,13 +148,18 @@ class Daemon:
         signal.signal(signal.SIGHUP, self.request_reload)
 
     def next_interval(self, report: CycleReport) -> float:
-        """Fast right after a change or near a job's time limit, slower while nothing happens."""
+        """Fast right after a change or near a job's time limit, slower while nothing happens; never
+        past the time a restart's backoff ends (that restart is due then, not a whole interval later)."""
         if report.changed or report.restarted or report.errors:
-            return self.min_interval
-        interval = min(self.interval * 2, self.max_interval)
-        if report.next_end is not None:
-            interval = min(interval, max(self.min_interval, report.next_end - self.clock()))
-        return max(self.min_interval, interval)
+            interval = self.min_interval
+        else:
+            interval = min(self.interval * 2, self.max_interval)
+            if report.next_end is not None:
+                interval = min(interval, max(self.min_interval, report.next_end - self.clock()))
+            interval = max(self.min_interval, interval)
+        if report.next_due is not None:
+            interval = min(interval, max(0.0, report.next_due - self.clock()))
+        return interval
 
     # -- one cycle ---------------------------------------------------------------
 
@@ -199,9 +213,11 @@ class Daemon:
                 if job is None:
                     continue     # not visible yet (or purged): never taken for a failure
                 if job.finished:
+                    # Slurm's own end time where the source gives it (squeue --json, pyslurm), else
+                    # now: a job that ended while the daemon was down did not run until now.
                     self.journal.finished(attempt.id, state=job.state, exit_code=job.exit_code, signal=job.signal,
                                           nodes=job.nodelist, reason=job.reason, started_at=_epoch(job.start_time),
-                                          ended_at=now)
+                                          ended_at=_epoch(job.end_time) or now)
                     report.finished.append((tracked.id, job.state))
                     report.changed = True
                 else:
@@ -244,10 +260,11 @@ class Daemon:
             if decision.restart:
                 token = new_token()
                 resume = found.path
-                self.journal.decide_and_plan(
+                planned = self.journal.decide_and_plan(
                     attempt.id, cause=decision.cause, decision=decision.reason, exclude=decision.exclude,
                     next_number=attempt.number + 1, token=token, cluster=attempt.cluster, resume_from=resume,
                     resume_step=latest_step, not_before=self.clock() + decision.delay_s)
+                self._planned.add(planned)
                 report.changed = True
             else:
                 final = "completed" if decision.cause == policy.COMPLETED else "stopped"
@@ -290,6 +307,9 @@ class Daemon:
 
     def _submit(self, active: List[Tracked], report: CycleReport) -> None:
         now = self.clock()
+        waiting = [t.current.not_before for t in active
+                   if t.current is not None and t.current.phase == "intent" and t.current.not_before > now]
+        report.next_due = min(waiting) if waiting else None
         intents = [(t, t.current) for t in active
                    if t.current is not None and t.current.phase == "intent" and t.current.not_before <= now]
         for (site, cluster), items in self._groups(intents).items():
@@ -299,8 +319,17 @@ class Daemon:
                 backend = self.sessions(site).backend(cluster)
                 # After a crash, sbatch may have run for an intent: its token is in a job's comment.
                 tokens = {"slurmkit:" + a.token: a for _, a in items}
-                mine = backend.jobs(user=self.account(site, cluster))
-                existing = {j.comment: j for j in mine if j.comment in tokens}
+                user = self.account(site, cluster)
+                existing = {j.comment: j for j in backend.jobs(user=user) if j.comment in tokens}
+                unseen = [a for _, a in items if "slurmkit:" + a.token not in existing and a.id not in self._planned]
+                if unseen and backend.has_accounting():
+                    # squeue forgets a job MinJobAge after it ended: a job that a crashed daemon's
+                    # sbatch made, and that ran and ended while no daemon was up, is only in
+                    # accounting.  One sacct for all of them, back to the oldest intent.
+                    back = now - min(a.created for a in unseen) + ACCOUNTING_MARGIN_S
+                    for job in backend.accounting_since(back, user):
+                        if job.comment in tokens and job.comment not in existing:
+                            existing[job.comment] = job
             except SlurmkitError as exc:
                 if not self._fail_over(items, exc, report):
                     self._cluster_failed(site, cluster, exc, report)
@@ -320,6 +349,7 @@ class Daemon:
             if exc.may_have_run:
                 # The answer was lost: the next cycle finds the job by its token on this
                 # same cluster; never fail over (that could make two).
+                self._planned.discard(attempt.id)
                 report.errors.append("job %d attempt %d: outcome of the submission unknown (%s); checking its token "
                                      "next cycle" % (tracked.id, attempt.number, exc))
             elif _unreachable(exc) and self._fail_over([(tracked, attempt)], exc, report):

@@ -82,6 +82,12 @@ class SlurmBackend:
         """Jobs from the accounting database (sacct); empty where there is none."""
         raise NotImplementedError
 
+    def accounting_since(self, seconds_ago: float, user: Optional[str] = None) -> List[JobInfo]:
+        """Every job of ``user`` that accounting saw run or end in the last ``seconds_ago`` seconds, in
+        one query (sacct); empty where there is no accounting.  Jobs squeue has forgotten are there,
+        with their comments where the cluster stores them (``AccountingStoreFlags=job_comment``)."""
+        raise NotImplementedError
+
     def has_accounting(self) -> bool:
         """Whether the cluster keeps accounting (``AccountingStorageType`` is not none)."""
         raise NotImplementedError
@@ -250,6 +256,12 @@ class CommandBackend(SlurmBackend):
         if not ids:
             return []
         result = self._run(commands.sacct(ids))
+        if not result.ok and "accounting storage is disabled" in result.stderr:
+            return []
+        return parsers.parse_sacct(self._check(result, "sacct").stdout)
+
+    def accounting_since(self, seconds_ago, user=None):
+        result = self._run(commands.sacct_since(int(seconds_ago) + 1, user))
         if not result.ok and "accounting storage is disabled" in result.stderr:
             return []
         return parsers.parse_sacct(self._check(result, "sacct").stdout)

@@ -105,6 +105,19 @@ def sacct(job_ids: Iterable[str]) -> List[str]:
             "--format=" + ",".join(SACCT_FIELDS)]
 
 
+def sacct_since(seconds_ago: int, user: Optional[str] = None) -> List[str]:
+    """Every job (of ``user``) that ran or ended in the last ``seconds_ago`` seconds, one row each.
+
+    ``now-N`` is read on the cluster's own clock: no time zone or clock skew
+    between the caller and the cluster shifts the window.  ``--allocations``:
+    the jobs' own rows only (their comments: a token lookup needs no steps).
+    """
+    argv = ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-%d" % max(0, int(seconds_ago))]
+    if user:
+        argv.append("--user=" + user)
+    return argv + ["--format=" + ",".join(SACCT_FIELDS)]
+
+
 def scancel(job_ids: Iterable[str]) -> List[str]:
     return ["scancel", *job_ids]
 

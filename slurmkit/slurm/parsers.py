@@ -221,7 +221,7 @@ def _job_reason(job: dict) -> str:
 
 
 def parse_squeue_json(text: str) -> "List[JobInfo]":
-    from slurmkit.slurm.types import JobInfo
+    from slurmkit.slurm.types import FINISHED_STATES, JobInfo
 
     try:
         data = json.loads(text)
@@ -238,7 +238,9 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=_job_reason(job), comment=job.get("comment", "") or "",
             exit_code=exit_code, signal=signal, cluster=job.get("cluster", "") or "",
-            stdout=_stdout_path(job)))
+            stdout=_stdout_path(job),
+            # A live job's end_time is when its time limit would end it: not an end.
+            end_time=_epoch(job.get("end_time")) if state in FINISHED_STATES else None))
     return jobs
 
 

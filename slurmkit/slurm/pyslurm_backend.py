@@ -74,7 +74,7 @@ from slurmkit.errors import SlurmCommandError, SlurmkitError, SlurmUnavailableEr
 from slurmkit.slurm import commands, directives, parsers, pyslurm_installed, times
 from slurmkit.slurm.backend import _UNREACHABLE_RE, CommandBackend
 from slurmkit.slurm.runner import LocalRunner, Runner
-from slurmkit.slurm.types import JobInfo
+from slurmkit.slurm.types import FINISHED_STATES, JobInfo
 
 
 # ---------------------------------------------------------------------------
@@ -328,6 +328,8 @@ def job_to_info(obj, exit_text=None) -> JobInfo:
         signal=signal,
         cluster=_attr(obj, "cluster") or "",
         stdout=_attr(obj, "standard_output") or "",
+        # As squeue --json: a live job's end_time is its time limit's, not an end.
+        end_time=_start_time(_attr(obj, "end_time")) if state in FINISHED_STATES else None,
     )
     return JobInfo(**values)
 

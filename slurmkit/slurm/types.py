@@ -46,6 +46,7 @@ class JobInfo:
     signal: Optional[int] = None
     cluster: str = ""
     stdout: str = ""     # the output file, where Slurm tells it
+    end_time: Optional[datetime] = None   # when an ended job ended, where the source says (None while it runs)
 
     @property
     def finished(self):
@@ -54,6 +55,7 @@ class JobInfo:
     def to_dict(self):
         d = dict(self.__dict__)
         d["start_time"] = self.start_time.isoformat() if self.start_time else None
+        d["end_time"] = self.end_time.isoformat() if self.end_time else None
         return d
 
 

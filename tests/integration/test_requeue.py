@@ -684,6 +684,85 @@ def test_kill_9_anywhere_in_a_restart_makes_exactly_one_new_attempt(devcluster, 
 
 
 # --------------------------------------------------------------------------
+# after a crash: a restart that ran and ended while no daemon was up, found in accounting
+# --------------------------------------------------------------------------
+
+# `slurmkit daemon once` whose backends see no job in squeue, as after MinJobAge (an hour on
+# alpha, which cannot be shortened here): every answer must come from alpha's real slurmdbd.
+# Each Slurm command it runs is logged to stderr.
+FORGETFUL_DRIVER = r'''
+import sys
+
+from slurmkit import session
+
+make_backend = session.make_backend
+
+
+def forgetful(cluster, *args, **kwargs):
+    backend = make_backend(cluster, *args, **kwargs)
+    backend.jobs = lambda job_ids=None, user=None: []
+    run = backend._run
+
+    def logged(argv, *a, **k):
+        sys.stderr.write("slurmkit-test: ran %s\n" % " ".join(argv))
+        return run(argv, *a, **k)
+    backend._run = logged
+    return backend
+
+
+session.make_backend = forgetful
+from slurmkit.cli import main
+
+sys.exit(main(["daemon", "once", "--json"]))
+'''
+
+
+def test_a_restart_squeue_forgot_is_found_by_its_token_in_accounting(devcluster, tmp_path, crash_driver):
+    user = User(tmp_path, "acct", "alpha")
+    driver = tmp_path / "forgetful_driver.py"
+    driver.write_text(FORGETFUL_DRIVER)
+
+    def forgetful_once():
+        proc = subprocess.run([sys.executable, str(driver)], env=user.env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        user.note("forgetful daemon once: %s" % json.loads(proc.stdout))
+        return [line for line in proc.stderr.splitlines() if line.startswith("slurmkit-test: ran sacct")]
+
+    try:
+        first = user.submit("-T", "single", "-p", "cpu", "-t", 2, command=[
+            "bash", "-c", 'echo "attempt $SLURMKIT_ATTEMPT"; [ "$SLURMKIT_ATTEMPT" != 1 ] || exit %d' % TRANSIENT])
+        assert user.ended(first["job_id"], timeout=120) == "FAILED"
+        # The daemon dies right after sbatch: the restart exists in Slurm, its id not in the journal.
+        crash_at(user, crash_driver, "after_sbatch")
+        intent = user.attempt(2)
+        assert intent["phase"] == "intent" and intent["job_id"] is None
+        token = "slurmkit:" + intent["token"]
+        (restart,) = [j for j, comment, _ in named_jobs("alpha", user.name) if comment == token]
+        user.ended(restart, timeout=120)
+        until("alpha's accounting to hold job %s with its token" % restart,
+              lambda: token in slurm("alpha", "sacct", "--noheader", "--parsable2", "--allocations",
+                                     "--jobs=" + restart, "--format=Comment").stdout, 60)
+        # A daemon that sees nothing in squeue finds the token with one sacct of the user's jobs ...
+        lookups = forgetful_once()
+        by_time = [line for line in lookups if "--starttime=now-" in line]
+        print("\nSlurm commands of the forgetful daemon's lookup: %s" % lookups)
+        assert len(by_time) == 1 and "--user=" in by_time[0], lookups
+        assert user.attempt(2)["job_id"] == restart and user.attempt(2)["phase"] == "submitted"
+        # ... and the next cycle reads the attempt's end from accounting too (by id): completed.
+        forgetful_once()
+        tracked = user.tracked()
+        assert tracked["state"] == "completed" and len(tracked["attempts"]) == 2, tracked
+        assert tracked["attempts"][1]["state"] == "COMPLETED" and tracked["attempts"][1]["exit_code"] == 0
+        # Nothing was submitted twice: the failed job and its one restart.
+        jobs = named_jobs("alpha", user.name)
+        assert sorted(c for _, c, _ in jobs) == sorted("slurmkit:" + a["token"] for a in tracked["attempts"]), jobs
+        assert "attempt 2" in user.output(restart)
+    finally:
+        user.cleanup()
+
+
+# --------------------------------------------------------------------------
 # a crash loop, under `slurmkit daemon run`
 # --------------------------------------------------------------------------
 

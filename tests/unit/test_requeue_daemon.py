@@ -170,6 +170,61 @@ def test_an_intent_whose_sbatch_ran_before_a_crash_is_not_submitted_again(world)
     assert world.submitted == [] and world.job(tid).current.job_id == orphan
 
 
+def _token_lookups_in_accounting(commands):
+    """The sacct calls that look for tokens (by time and user), not those by job id."""
+    return [c for c in commands if c[0] == "sacct" and not any(a.startswith("--jobs=") for a in c)]
+
+
+def test_an_intent_whose_job_ran_and_was_forgotten_while_no_daemon_was_up_is_found_in_accounting(world):
+    tid, job = world.track()
+    world.save(3)
+    world.alpha.finish(job, "PREEMPTED")
+    world.daemon._poll(world.journal.jobs(state="active"), CycleReport())
+    world.daemon._decide(world.journal.jobs(state="active"), CycleReport())
+    intent = world.job(tid).current
+    assert intent.phase == "intent"
+    # The crashed daemon's sbatch made the job; it ran to its end while no daemon was up, and
+    # MinJobAge later squeue no longer shows it: only accounting has its token.
+    orphan = world.alpha.submit(SCRIPT % intent.token)
+    world.clock.advance(600)
+    world.alpha.finish(orphan, "COMPLETED")
+    world.clock.advance(7200)
+    world.alpha.forget(orphan)
+    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+                   clock=world.clock.time, sleep=world.clock.sleep)
+    before = len(world.alpha.commands)
+    fresh.cycle()
+    assert world.submitted == [] and world.job(tid).current.job_id == orphan
+    (lookup,) = _token_lookups_in_accounting(world.alpha.commands[before:])
+    # One sacct for every intent of the cluster, back past the oldest intent, of the user's jobs.
+    back = int([a for a in lookup if a.startswith("--starttime=now-")][0].rpartition("-")[2])
+    assert back >= world.clock.time() - intent.created and "--user=" + world.alpha.user in lookup
+    # The next poll finds it ended (through sacct by id) and tracking ends: nothing ran twice.
+    fresh.cycle()
+    tracked = world.job(tid)
+    assert tracked.state == "completed" and len(tracked.attempts) == 2 and world.submitted == []
+
+
+def test_without_accounting_the_token_lookup_is_squeue_alone(world):
+    tid = world.journal.track(name="train", site="fake", cluster="beta", partition="gpu",
+                              spec={"command": ["python", "train.py"]}, checkpoint_dir=str(world.ckpt))
+    world.journal.begin_attempt(tid, 1, "tok-beta", "beta")       # an intent left by a crash
+    world.daemon.cycle()
+    assert not _token_lookups_in_accounting(world.beta.commands)
+    assert [s[:3] for s in world.submitted] == [("beta", world.job(tid).current.job_id, 1)]
+
+
+def test_a_restart_this_daemon_planned_itself_costs_no_accounting_query(world):
+    tid, job = world.track()
+    world.save(3)
+    world.alpha.finish(job, "NODE_FAIL")
+    before = len(world.alpha.commands)
+    world.daemon.cycle()
+    assert len(world.submitted) == 1
+    # Its own intent: no sbatch can have run for it before, squeue alone is asked.
+    assert not _token_lookups_in_accounting(world.alpha.commands[before:])
+
+
 def test_a_lost_sbatch_answer_is_resolved_by_token_on_the_same_cluster(world):
     from slurmkit.errors import ConnectTimeoutError
 
@@ -224,6 +279,37 @@ def test_interval_adapts(world):
     assert d.next_interval(CycleReport(changed=True)) == d.min_interval
     near = CycleReport(next_end=world.clock.time() + 12)
     assert d.next_interval(near) == 12
+    # A restart waiting for its backoff: the next cycle comes no later than it is due, even
+    # sooner than the shortest interval, and at once when it is due already.
+    now = world.clock.time()
+    assert d.next_interval(CycleReport(next_due=now + 17)) == 17
+    assert d.next_interval(CycleReport(changed=True, next_due=now + 2)) == 2
+    assert d.next_interval(CycleReport(next_due=now - 1)) == 0
+    assert d.next_interval(CycleReport(next_due=now + 3600)) == d.max_interval
+
+
+def test_a_restart_in_backoff_is_submitted_when_due_not_a_slow_interval_later(world):
+    tid, job = world.track()
+    d = world.daemon
+    world.save(10)
+    world.alpha.finish(job, "NODE_FAIL")
+    d.cycle()                                            # the first restart: at once
+    second = world.job(tid).current.job_id
+    world.save(20)
+    world.alpha.finish(second, "NODE_FAIL")
+    d.interval = d.max_interval                          # a quiet daemon, at its slowest
+    submitted_at = None
+    for _ in range(20):                                  # what run() does, on the fake clock
+        report = d.cycle()
+        if len(world.submitted) == 2:
+            submitted_at = world.clock.time()
+            break
+        d.interval = d.next_interval(report)
+        d.sleep(d.interval)
+    attempts = world.job(tid).attempts
+    due = attempts[2].not_before
+    assert due - attempts[1].updated >= 29               # the backoff of a second node failure (30 s)
+    assert submitted_at is not None and due <= submitted_at <= due + 0.001, (due, submitted_at)
 
 
 def test_an_unreadable_checkpoint_directory_holds_that_job_only(world, tmp_path):
@@ -283,3 +369,30 @@ def test_checkpoint_conventions_chosen_by_the_job(world):
     world.alpha.finish(job, "NODE_FAIL")
     world.daemon.cycle()
     assert world.job(tid).current.resume_from == str(world.ckpt / "step-000040.pt")
+
+
+def test_an_attempts_end_is_slurms_end_time_not_the_poll_time(world):
+    tid, job = world.track()
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    started = world.clock.time()
+    world.daemon.cycle()
+    world.clock.advance(30)
+    ended = world.clock.time()
+    world.alpha.finish(job, "FAILED", exit_code=3)
+    world.clock.advance(45)                 # the daemon polls 45 s later (or was down meanwhile)
+    world.daemon.cycle()
+    attempt = world.job(tid).attempts[0]
+    assert (attempt.started_at, attempt.ended_at) == (int(started), int(ended))
+
+
+def test_a_live_jobs_end_time_in_squeue_json_is_not_an_end():
+    import json
+
+    from slurmkit.slurm import parsers
+
+    base = {"job_id": 7, "name": "x", "start_time": 1796040000, "end_time": 1796043600, "nodes": "an1",
+            "exit_code": 0}
+    [running] = parsers.parse_squeue_json(json.dumps({"jobs": [dict(base, job_state="RUNNING")]}))
+    [failed] = parsers.parse_squeue_json(json.dumps({"jobs": [dict(base, job_state="FAILED", exit_code=256)]}))
+    assert running.end_time is None       # when its time limit would end it
+    assert failed.end_time.timestamp() == 1796043600 and failed.to_dict()["end_time"] == failed.end_time.isoformat()
