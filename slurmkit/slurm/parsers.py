@@ -93,7 +93,17 @@ def _number(value):
 
 
 def _state(value) -> str:
+    """squeue --json's job_state: a string (22.05), or [base state, flags...] (23.02+).
+
+    A job whose processes are still ending is COMPLETING whatever its base
+    state (["CANCELLED", "COMPLETING"], ["PENDING", "COMPLETING"] after a
+    requeue), as 22.05's JSON, squeue's %T and pyslurm's Job.state all say:
+    the base state alone would call it ended while its epilog still runs,
+    and the two backends would disagree about it.
+    """
     if isinstance(value, list):
+        if "COMPLETING" in value[1:]:
+            return "COMPLETING"
         return value[0] if value else "UNKNOWN"
     return value or "UNKNOWN"
 

@@ -506,29 +506,63 @@ _SBATCH_SETS = {"job-name": "SLURM_JOB_NAME", "ntasks-per-node": "SLURM_NTASKS_P
                 "cpus-per-task": "SLURM_CPUS_PER_TASK", "gpus-per-node": "SLURM_GPUS_PER_NODE"}
 
 
-def sbatch_option_environment(options: Iterable[Tuple[str, object]]) -> Dict[str, str]:
-    """The variables sbatch sets in the job's environment for these directives."""
+def sbatch_option_environment(options: Iterable[Tuple[str, object]], release=(22, 5)) -> Dict[str, str]:
+    """The variables sbatch sets in the job's environment for these directives.
+
+    ``release`` is the Slurm (MAJOR, MINOR): from 23.11 on, sbatch also sets
+    ``SLURM_TRES_PER_TASK=cpu=N`` for ``--cpus-per-task`` (its NEWS says
+    "cpu:N"; the 24.11 and 26.05 sbatch write "cpu=N").
+    """
     env = {}
     for name, value in options:
         if name in _SBATCH_SETS and isinstance(value, str):
             # sbatch prints the counts with %d: "-c 04" arrives as 4
             env[_SBATCH_SETS[name]] = str(int(value)) if _ascii_digits(value) else value
+            if name == "cpus-per-task" and tuple(release) >= (23, 11):
+                env["SLURM_TRES_PER_TASK"] = "cpu=" + env[_SBATCH_SETS[name]]
     return env
 
 
-def _submit_environment(extra_env, options=()) -> Dict[str, str]:
+_EXTERNAL_LAUNCHER = "--external-launcher"
+
+
+def mpi_launcher_environment(env: Dict[str, str], release, mpi_params: str = "") -> Dict[str, str]:
+    """What sbatch 23.11 and later add for MPI launchers started inside the job.
+
+    mpirun and mpiexec (Open MPI's PRRTE, MPICH's and Intel MPI's Hydra)
+    then start their daemons with ``srun --external-launcher``, as a step of
+    the job instead of over SSH.  Per Slurm's NEWS: the Hydra pairs are left
+    out where the user chose another bootstrap (``I_MPI_HYDRA_BOOTSTRAP`` or
+    ``HYDRA_BOOTSTRAP`` not "slurm") and where slurm.conf's ``MpiParams``
+    has ``disable_slurm_hydra_bootstrap`` (24.05+).  ``env`` is the
+    submitting environment; a value the user set is kept.
+    """
+    if tuple(release) < (23, 11):
+        return {}
+    add = {"OMPI_MCA_plm_slurm_args": _EXTERNAL_LAUNCHER, "PRTE_MCA_plm_slurm_args": _EXTERNAL_LAUNCHER}
+    if "disable_slurm_hydra_bootstrap" not in (mpi_params or "").split(","):
+        for bootstrap, extra in (("I_MPI_HYDRA_BOOTSTRAP", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"),
+                                 ("HYDRA_BOOTSTRAP", "HYDRA_LAUNCHER_EXTRA_ARGS")):
+            if env.get(bootstrap, "slurm") == "slurm":
+                add[bootstrap], add[extra] = "slurm", _EXTERNAL_LAUNCHER
+    return {k: v for k, v in add.items() if k not in env}
+
+
+def _submit_environment(extra_env, options=(), release=(22, 5), mpi_params="") -> Dict[str, str]:
     """The environment sbatch would send: all of ours, plus what sbatch adds.
 
     sbatch exports its whole environment (--export=ALL), sets
     SLURM_SUBMIT_DIR, SLURM_SUBMIT_HOST, SLURM_UMASK and SLURM_PRIO_PROCESS
-    (src/sbatch/sbatch.c), and the variables of :func:`sbatch_option_environment`
+    (src/sbatch/sbatch.c), from 23.11 on those of :func:`mpi_launcher_environment`,
+    and the variables of :func:`sbatch_option_environment`
     for the script's directives ``options``; jobs and srun inside them rely
     on those and on SLURM_CONF, which this process does not keep in its own
     environment.
     """
     env = dict(os.environ)
     env.update(extra_env or {})
-    env.update(sbatch_option_environment(options))
+    env.update(mpi_launcher_environment(env, release, mpi_params))
+    env.update(sbatch_option_environment(options, release))
     env.setdefault("SLURM_SUBMIT_DIR", os.getcwd())
     env.setdefault("SLURM_SUBMIT_HOST", socket.gethostname())
     mask = os.umask(0)
@@ -561,7 +595,39 @@ class PyslurmBackend(CommandBackend):
         if reason is not None:
             raise SlurmUnavailableError("pyslurm cannot be used for cluster %s: %s" % (cluster.name, reason))
         self._pyslurm = sys.modules["pyslurm"]
+        # The Slurm release pyslurm was built for (it matches the controller's: unusable_reason).
+        self._release = parsers.major_minor(getattr(self._pyslurm, "__version__", "") or "") or (0, 0)
+        self._config_value: Optional[Dict[str, str]] = None
         self.last_submit_via = None  # "pyslurm" or "sbatch": which path the last submit took
+
+    def _conf(self, key: str) -> str:
+        """One value of the controller's configuration, read once per backend ("" for (null))."""
+        if self._config_value is None:
+            self._config_value = self.config()
+        value = self._config_value.get(key, "") or ""
+        return "" if value == "(null)" else value
+
+    def _mpi_params(self) -> str:
+        """slurm.conf's MpiParams (24.05+ may disable the Hydra variables)."""
+        return self._conf("MpiParams") if self._release >= (24, 5) else ""
+
+    def _profile(self) -> Optional[str]:
+        """The ``profile_types`` to send, or None where only sbatch submits faithfully.
+
+        pyslurm sends a job without ``--profile`` as profile NO_VAL
+        (core/job/util.pyx, 22.5 and 24.11 alike).  22.05 reads that as not
+        set; 24.11 as every type: the job gets
+        SLURM_PROFILE=Energy,Lustre,Network,Task (tests/integration/
+        test_backend_parity.py) and, with a profile plugin, would be
+        profiled for all of them.  sbatch sends "not set", which pyslurm
+        cannot express; where the cluster gathers no profiles
+        (AcctGatherProfileType none), "none" has the same effect (the job
+        sees SLURM_PROFILE=None); elsewhere the script goes to sbatch.
+        """
+        if self._release < (24, 11):
+            return ""
+        plugin = self._conf("AcctGatherProfileType")
+        return "none" if plugin in ("", "acct_gather_profile/none") else None
 
     def describe(self):
         return "pyslurm %s, %s" % (getattr(self._pyslurm, "__version__", "?"), self.runner.describe())
@@ -592,11 +658,17 @@ class PyslurmBackend(CommandBackend):
             # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
             # override directives; only sbatch itself applies them faithfully.
             kw = submit_description(options)
+        if kw is not None:
+            profile = self._profile()
+            if profile is None:
+                kw = None
+            elif profile:
+                kw["profile_types"] = profile
         if kw is None:
             self.last_submit_via = "sbatch"
             return super().submit(script, token)
         kw["script"] = script
-        kw["environment"] = _submit_environment(self._extra_env, options)
+        kw["environment"] = _submit_environment(self._extra_env, options, self._release, self._mpi_params())
         try:
             desc = self._pyslurm.JobSubmitDescription(**kw)
         except (AttributeError, TypeError):

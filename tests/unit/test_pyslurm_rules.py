@@ -300,6 +300,33 @@ def test_sbatch_option_environment_is_what_sbatch_exports_for_the_options():
     assert pb.sbatch_option_environment(directives.sbatch_directives("#!/bin/sh\n#SBATCH -n 2\n")) == {}
 
 
+def test_from_23_11_cpus_per_task_is_also_a_tres_per_task():
+    # The 24.11 sbatch job of test_backend_parity printed SLURM_TRES_PER_TASK=cpu=2 for -c 2
+    options = directives.sbatch_directives("#!/bin/sh\n#SBATCH -c 02 --ntasks-per-node=1\n")
+    assert pb.sbatch_option_environment(options, (24, 11))["SLURM_TRES_PER_TASK"] == "cpu=2"
+    assert "SLURM_TRES_PER_TASK" not in pb.sbatch_option_environment(options, (22, 5))
+
+
+MPI_VARIABLES = {"HYDRA_BOOTSTRAP": "slurm", "HYDRA_LAUNCHER_EXTRA_ARGS": "--external-launcher",
+                 "I_MPI_HYDRA_BOOTSTRAP": "slurm", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "--external-launcher",
+                 "OMPI_MCA_plm_slurm_args": "--external-launcher", "PRTE_MCA_plm_slurm_args": "--external-launcher"}
+
+
+def test_from_23_11_mpi_launchers_get_what_sbatch_gives_them():
+    # exactly what the 24.11 and 26.05 sbatch put in a job's environment on the dev clusters
+    assert pb.mpi_launcher_environment({}, (24, 11)) == MPI_VARIABLES
+    assert pb.mpi_launcher_environment({}, (22, 5)) == {}
+    # the user's own Hydra bootstrap: no --external-launcher for it (Slurm 23.11 NEWS)
+    own = pb.mpi_launcher_environment({"I_MPI_HYDRA_BOOTSTRAP": "ssh"}, (24, 11))
+    assert "I_MPI_HYDRA_BOOTSTRAP" not in own and "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS" not in own
+    assert own["HYDRA_BOOTSTRAP"] == "slurm"
+    # MpiParams=disable_slurm_hydra_bootstrap (24.05+): the Hydra variables are not injected
+    off = pb.mpi_launcher_environment({}, (24, 11), "ports=12000-12999,disable_slurm_hydra_bootstrap")
+    assert off == {"OMPI_MCA_plm_slurm_args": "--external-launcher", "PRTE_MCA_plm_slurm_args": "--external-launcher"}
+    env = pb._submit_environment({}, [], (24, 11))
+    assert {k: env[k] for k in MPI_VARIABLES} == MPI_VARIABLES
+
+
 def test_submit_environment_options_win_over_an_inherited_value(monkeypatch):
     # Submitting from inside a job: sbatch sets the new job's values over the outer ones.
     monkeypatch.setenv("SLURM_JOB_NAME", "outer")

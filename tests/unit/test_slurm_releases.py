@@ -181,6 +181,16 @@ def test_squeue_json_answers_only_the_jobs_asked_for(release):
 
 
 @pytest.mark.parametrize("release", NEWER)
+def test_a_job_still_completing_is_completing_as_on_22_05(release):
+    # after scontrol requeue: ["PENDING", "COMPLETING"]; 22.05, %T and pyslurm say COMPLETING
+    r = recorded(release, "alpha", "squeue-json-after")
+    states = {j["job_id"]: j["job_state"] for j in json.loads(r["stdout"])["jobs"]}
+    parsed = {int(j.job_id): j.state for j in parsers.parse_squeue_json(r["stdout"])}
+    assert ["PENDING", "COMPLETING"] in states.values() and ["PENDING"] in states.values()
+    assert all(parsed[i] == ("COMPLETING" if "COMPLETING" in s else s[0]) for i, s in states.items())
+
+
+@pytest.mark.parametrize("release", NEWER)
 def test_sacct_maps_into_the_fields_squeue_fills(release):
     r = recorded(release, "alpha", "sacct")
     assert r["argv"][0] == "sacct" and r["returncode"] == 0
