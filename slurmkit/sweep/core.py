@@ -736,8 +736,9 @@ def _reconcile_intents(session, journal: Journal, intents: Sequence[ArrayRecord]
 
         result = _run(backend, slurmio.squeue_tasks((), user=account_on(session.site.cluster(array.cluster))),
                       "squeue")
-        found = next((t for t in slurmio.parse_squeue_tasks(result.stdout) if t.comment == "slurmkit:" + array.token),
-                     None)
+        # An array whose every task was cancelled before starting is only its own record's line.
+        seen = slurmio.parse_squeue_tasks(result.stdout) + list(slurmio.parse_squeue_unstarted(result.stdout).values())
+        found = next((t for t in seen if t.comment == "slurmkit:" + array.token), None)
         if found is not None:
             journal.submitted(array.id, found.array_job_id)
         else:

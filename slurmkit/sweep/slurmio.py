@@ -99,7 +99,9 @@ def parse_squeue_unstarted(text: str) -> Dict[str, TaskInfo]:
         array_id, index, job_id, state, reason = (f.strip() for f in fields[:5])
         if index.isdigit() or job_id != array_id or state not in FINISHED_STATES:
             continue
-        out[array_id] = TaskInfo(array_id, -1, job_id, state, "" if reason in ("None", "(null)") else reason)
+        comment = fields[len(SQUEUE_FIELDS) - 1]
+        out[array_id] = TaskInfo(array_id, -1, job_id, state, "" if reason in ("None", "(null)") else reason,
+                                 comment="" if comment == "(null)" else comment)
     return out
 
 

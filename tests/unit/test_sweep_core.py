@@ -571,3 +571,18 @@ def test_pending_tasks_cancelled_in_their_array_record_end_at_once(env, accounti
     status = core.status(session, report.sweep_id, journal)
     assert status.counts() == {"CANCELLED": 3, "RUNNING": 1}
     assert {p.exit_code for p in status.points if p.state == "CANCELLED"} == {None}
+
+
+def test_a_lost_answer_is_found_by_its_token_even_when_every_task_was_cancelled_before_starting(env):
+    tmp_path, journal = env
+    alpha = FakeArraySlurm("alpha")
+    session = fake_session(alpha=alpha)
+    alpha.fail_next("submit", ConnectTimeoutError("answer lost").outcome_unknown())
+    with pytest.raises(SlurmkitError):
+        core.submit(session, request(tmp_path, ["seed=0..2"]), journal)
+    (array_id,) = alpha.arrays
+    alpha._scancel([array_id])                        # squeue now prints the array's record only (N/A)
+    sweep_id = journal.sweeps()[0].id
+    status = core.status(session, sweep_id, journal)
+    assert [(a.phase, a.job_id) for a in status.arrays] == [("submitted", array_id)]
+    assert status.counts() == {"CANCELLED": 3}
