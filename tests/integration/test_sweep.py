@@ -399,3 +399,59 @@ def test_auto_requeue_restarts_only_the_task_whose_node_failed_from_its_own_chec
     assert {t["state"] for t in tracked.values()} == {"completed"} and len(tracked) == 4
     mine = tracked["%s/%s" % (sweep_id, slow["point"])]
     assert [(a["state"], a["resume_step"]) for a in mine["attempts"]] == [("NODE_FAIL", None), ("COMPLETED", newest)]
+
+
+# Saves a checkpoint only when asked to stop (SIGUSR1, which Slurm sends --signal seconds before the time limit)
+# and exits 75, "saved, resume me"; resumes from the checkpoint the daemon chose.
+SAVES_ON_USR1 = ("import json, os, sys, time\n"
+                 "from slurmkit import checkpoint\n"
+                 "stop = checkpoint.StopFlag()\n"
+                 "root, path = checkpoint.checkpoint_root(), checkpoint.resume_path()\n"
+                 "start = json.load(open(os.path.join(path, 'state.json')))['step'] if path else 0\n"
+                 "print('attempt=%s resume from=%s step=%d' % (checkpoint.attempt(), path, start), flush=True)\n"
+                 "slow = sys.argv[1] == os.environ['SLOW_SEED'] and checkpoint.attempt() == 1\n"
+                 "open(os.path.join(root, '..', 'running-%s' % checkpoint.attempt()), 'w').close()\n"
+                 "step = start\n"
+                 "for step in range(start + 1, 41):\n"
+                 "    time.sleep(0.5 if slow else 0.05)\n"
+                 "    if stop:\n"
+                 "        with checkpoint.checkpoint_dir(root, step) as tmp:\n"
+                 "            json.dump({'step': step}, open(os.path.join(tmp, 'state.json'), 'w'))\n"
+                 "        print('saved at step %d on signal %d' % (step, stop.signum), flush=True)\n"
+                 "        sys.exit(checkpoint.EXIT_SAVED)\n"
+                 "print('final step=%d' % step, flush=True)\n")
+
+
+def test_auto_requeue_a_task_that_saved_on_usr1_resumes_from_that_checkpoint(devcluster, tmp_path, cancel_after):
+    """The time-limit path of one task: USR1 to its batch shell (what --signal=B:USR1 sends before the limit)
+    goes through the sweep's supervisor and slurmkit_run_step to the program, which saves and exits 75; the
+    daemon restarts that task only, from the checkpoint it saved, and it runs to step 40."""
+    sweep_dir = tmp_path / "sweep"
+    proc = slurmkit(tmp_path, "submit", "--sweep", "seed=0..1", "--auto-requeue", "--sweep-dir", str(sweep_dir),
+                    "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "3", "--env", "SLOW_SEED=1", "--",
+                    sys.executable, "-c", SAVES_ON_USR1, "{seed}")
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+    data = wait_settled(tmp_path, sweep_id, timeout=120, done=lambda d: any(
+        (sweep_dir / "points" / p["point"] / "running-1").exists() and p["state"] == "RUNNING"
+        for p in d["points"] if p["values"]["seed"] == "1"))
+    slow = next(p for p in data["points"] if p["values"]["seed"] == "1")
+    time.sleep(2)                                                      # a few steps in (0.5 s each)
+    slurm("alpha", "scancel", "--batch", "--signal=USR1", slow["task"].split(":")[1])
+    data = wait_settled(tmp_path, sweep_id, timeout=60)
+    saved = next(p for p in data["points"] if p["point"] == slow["point"])
+    assert (saved["state"], saved["exit_code"]) == ("FAILED", 75), saved
+    report = json.loads(slurmkit(tmp_path, "daemon", "once", "--json").stdout)
+    assert sorted(state for _, state in report["finished"]) == ["COMPLETED", "FAILED"]
+    assert len(report["restarted"]) == 1 and report["errors"] == []
+    data = wait_settled(tmp_path, sweep_id, timeout=120)
+    assert data["counts"] == {"COMPLETED": 2}
+    runs = attempts_of(sweep_dir, slow["point"])
+    assert len(runs) == 2 and runs[0][0] == "attempt=1 resume from=None step=0", runs
+    step = int(runs[0][1].split()[3])
+    assert 2 <= step < 40
+    assert runs[0][1:] == ["saved at step %d on signal 10" % step], runs      # SIGUSR1 reached the program
+    resumed = "%s/step-%06d" % (sweep_dir / "points" / slow["point"] / "checkpoint", step)
+    assert runs[1] == ["attempt=2 resume from=%s step=%d" % (resumed, step), "final step=40"], runs
+    other = next(p for p in data["points"] if p["point"] != slow["point"])
+    assert [r[-1] for r in attempts_of(sweep_dir, other["point"])] == ["final step=40"]     # not touched
