@@ -220,6 +220,11 @@ def check_output_place(session: Session, rendered: RenderedJob, cwd: Optional[st
     make Slurm fail the job without writing anything anywhere.  Parts that
     depend on the job (``%j``, ``%N``, ...) are not judged.  Over SSH
     nothing is known here; ``wait`` and ``status`` explain a missing file.
+
+    A missing directory is refused on every Slurm release although 23.02
+    and later create it on the node that runs the batch step (seen on 24.11
+    and 26.05; 22.05 fails the job): the same script must behave the same on
+    every cluster of a federation, and before and after a site's upgrade.
     """
     from slurmkit.session import reach
 
@@ -259,8 +264,8 @@ def output_place_problem(pattern: str, cwd: str, name: str = "") -> Optional[str
         try:
             os.stat(directory)
         except FileNotFoundError:
-            return ("%s: directory %s does not exist, so Slurm could not create the output file and the job would "
-                    "fail without a trace; create it first (mkdir -p %s)" % (where, directory, directory))
+            return ("%s: directory %s does not exist: Slurm 22.05 fails such a job without a trace (23.02 and "
+                    "later create it on the node); create it first (mkdir -p %s)" % (where, directory, directory))
         except OSError as exc:   # EACCES on a directory above it, ELOOP, ...
             return "%s: directory %s cannot be reached (%s)" % (where, directory, exc.strerror or exc)
         if not os.path.isdir(directory):
