@@ -455,3 +455,48 @@ def test_auto_requeue_a_task_that_saved_on_usr1_resumes_from_that_checkpoint(dev
     assert runs[1] == ["attempt=2 resume from=%s step=%d" % (resumed, step), "final step=40"], runs
     other = next(p for p in data["points"] if p["point"] != slow["point"])
     assert [r[-1] for r in attempts_of(sweep_dir, other["point"])] == ["final step=40"]     # not touched
+
+
+def test_auto_requeue_restarts_only_the_preempted_task_from_its_own_checkpoint(devcluster, tmp_path, cancel_after):
+    """Three points on beta, a node each (--exclusive); an urgent job takes the slow point's node (beta's
+    urgent partition preempts gpu, PreemptMode=CANCEL): that task alone ends PREEMPTED, and `daemon once`
+    restarts it from its newest complete checkpoint; every point ends COMPLETED at step 30."""
+    sweep_dir = tmp_path / "sweep"
+    proc = slurmkit(tmp_path, "submit", "--sweep", "seed=0..2", "--auto-requeue", "--sweep-dir", str(sweep_dir),
+                    "--cluster", "beta", "-p", "gpu", "--gpus-per-node", "0", "-T", "single", "-t", "3",
+                    "--exclusive", "--env", "SLOW_SEED=1", "--", sys.executable, "-c", CHECKPOINTING, "{seed}")
+    sweep_id = proc.stdout.strip()
+    cancel_after.append((sweep_id, None))
+
+    def slow_is_checkpointing(data):
+        slow = next(p for p in data["points"] if p["values"]["seed"] == "1")
+        steps = list((sweep_dir / "points" / slow["point"] / "checkpoint").glob("step-*"))
+        return slow["state"] == "RUNNING" and len(steps) >= 3 and \
+            sorted(p["state"] for p in data["points"] if p is not slow) == ["COMPLETED"] * 2
+
+    data = wait_settled(tmp_path, sweep_id, timeout=180, done=slow_is_checkpointing)
+    slow = next(p for p in data["points"] if p["values"]["seed"] == "1")
+    (node,) = slurm("beta", "scontrol", "show", "hostnames", slow["nodes"]).stdout.split()
+    urgent = slurm("beta", "sbatch", "--parsable", "-p", "urgent", "-w", node, "--exclusive", "-t", "1",
+                   "-J", "slurmkit-test-urgent", "-o", "/dev/null", "--wrap", "sleep 5").stdout.strip()
+    try:
+        preempted = wait_settled(tmp_path, sweep_id, timeout=60)
+        assert preempted["counts"] == {"COMPLETED": 2, "PREEMPTED": 1}
+        newest = max(int(p.name.split("-")[1]) for p in
+                     (sweep_dir / "points" / slow["point"] / "checkpoint").glob("step-*"))
+        report = json.loads(slurmkit(tmp_path, "daemon", "once", "--json").stdout)
+        assert sorted(state for _, state in report["finished"]) == ["COMPLETED", "COMPLETED", "PREEMPTED"]
+        assert len(report["restarted"]) == 1 and report["errors"] == []
+        data = wait_settled(tmp_path, sweep_id, timeout=180)
+    finally:
+        slurm("beta", "scancel", urgent, check=False)
+    assert data["counts"] == {"COMPLETED": 3}
+    for point in data["points"]:
+        runs = attempts_of(sweep_dir, point["point"])
+        if point["point"] != slow["point"]:
+            assert len(runs) == 1 and runs[0][-1].startswith("final seed=%s step=30 " % point["values"]["seed"])
+            continue
+        resumed = "%s/step-%06d" % (sweep_dir / "points" / point["point"] / "checkpoint", newest)
+        assert len(runs) == 2 and runs[0] == ["attempt=1 resume from=None step=0"], runs
+        assert runs[1][0] == "attempt=2 resume from=%s step=%d" % (resumed, newest), runs
+        assert runs[1][-1].startswith("final seed=1 step=30 ")
