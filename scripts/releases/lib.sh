@@ -1,14 +1,24 @@
 # Shared by scripts/releases/*.sh (sourced): which Debian root holds which Slurm release.
 #
 # A release is MAJOR.MINOR.  host: this machine's own Slurm (root /).  The
-# others live in Debian roots under $RELEASES_DIR (default .cache/releases,
-# ignored by git and kept by `make clean`), one directory per suite:
-#   root/        the file system (scripts/releases/mkroot.sh)
-#   venv/        the repository's .venv inside that root (Python of the root)
-#   devcluster/  the repository's .devcluster inside that root (its clusters' state)
+# others live in Debian roots, one per suite, kept for the whole machine in
+# $RELEASES_ROOTS (default $SLURMKIT_CACHE/releases, SLURMKIT_CACHE default
+# ${XDG_CACHE_HOME:-~/.cache}/slurmkit): a fresh clone reuses them (making one
+# costs 80-90 s and 0.8-1 GB), and one made from other packages is made again
+# (mkroot.sh's stamp).  Each clone keeps its own per-root state under
+# $RELEASES_DIR (default .cache/releases, ignored by git, kept by `make clean`):
+#   RELEASES_ROOTS/<suite>/root/   the file system (scripts/releases/mkroot.sh), with the
+#                                  pyslurm wheels built for it in /var/cache/slurmkit/pyslurm
+#   RELEASES_DIR/<suite>/venv/        the repository's .venv inside that root (Python of the root)
+#   RELEASES_DIR/<suite>/devcluster/  the repository's .devcluster inside that root (its clusters' state)
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RELEASES_DIR=${RELEASES_DIR:-$repo/.cache/releases}
+SLURMKIT_CACHE=${SLURMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
+RELEASES_ROOTS=${RELEASES_ROOTS:-$SLURMKIT_CACHE/releases}
+# Where `make pyslurm` keeps its wheels inside a root: built once per root
+# (the wheel's key holds the root's exact Slurm and Python versions).
+ROOT_PYSLURM_CACHE=/var/cache/slurmkit/pyslurm
 in_root="$repo/devcluster/in-root.sh"
 
 # The host's Slurm release, MAJOR.MINOR (Debian's package database: Slurm 22.05's
@@ -40,7 +50,7 @@ release_dir() {  # the directory of a release's root, venv and state
 release_root() {
     local suite
     suite=$(release_suite "$1") || return 1
-    if [ -z "$suite" ]; then echo /; else echo "$RELEASES_DIR/$suite/root"; fi
+    if [ -z "$suite" ]; then echo /; else echo "$RELEASES_ROOTS/$suite/root"; fi
 }
 
 # Make the release's root if needed and check that it holds the release asked for
@@ -50,7 +60,9 @@ ensure_root() {
     suite=$(release_suite "$rel") || return 1
     [ -n "$suite" ] || return 0
     root=$(release_root "$rel")
-    bash "$repo/scripts/releases/mkroot.sh" "$suite" "$root" || return 1
+    mkdir -p "$(dirname "$root")"
+    # One maker at a time per root (two clones of the repository may test at once).
+    flock "$root.lock" bash "$repo/scripts/releases/mkroot.sh" "$suite" "$root" || return 1
     got=$(sed -E 's/^([0-9]+\.[0-9]+).*/\1/' "$root/.slurm-version")
     if [ "$got" != "$rel" ]; then
         echo "releases: the $suite root has Slurm $(cat "$root/.slurm-version"), not $rel" >&2
@@ -67,7 +79,7 @@ ensure_venv() {
     [ "$root" != / ] || return 0       # the host's own .venv
     mkdir -p "$dir/venv"
     "$in_root" "$root" --venv "$dir/venv" --pip --shared -- \
-        make --no-print-directory -s venv compile pyslurm
+        make --no-print-directory -s venv compile pyslurm PYSLURM_CACHE="$ROOT_PYSLURM_CACHE"
 }
 
 # COMMAND inside the release's root, with its clusters' own state, venv and a

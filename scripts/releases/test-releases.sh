@@ -3,9 +3,11 @@
 #
 #   scripts/releases/test-releases.sh [RELEASE...|mixed]   (default: 24.11 26.05 mixed)
 #
-# For each release: the root is made or reused (scripts/releases/mkroot.sh), the
-# repository installed into a venv of the root's Python (`make venv compile
-# pyslurm`: pyslurm where a source matches), then, inside the root and a private
+# For each release: the root is made or reused (scripts/releases/mkroot.sh; kept
+# for the whole machine in $RELEASES_ROOTS, see lib.sh, so a fresh clone reuses
+# it and the pyslurm wheel built in it), the repository installed into a venv of
+# the root's Python (`make venv compile pyslurm`: pyslurm where a source
+# matches), then, inside the root and a private
 # network of its own, what `make test` does: the local clusters of that release,
 # the whole suite (unit and integration), the clusters stopped.  The host's
 # clusters are not touched.  PyTorch is not installed in the roots (this
@@ -67,7 +69,8 @@ for rel in "${releases[@]}"; do
         make --no-print-directory cluster-up || exit 1
         status=0
         for part in unit integration; do
-            .venv/bin/python -m pytest -q -p no:cacheprovider tests/$part '"${RELEASES_PYTEST_ARGS:-}"' || status=1
+            # --durations: where the time goes, in the log
+            .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests/$part '"${RELEASES_PYTEST_ARGS:-}"' || status=1
             echo "== end of tests/$part"
         done
         make --no-print-directory cluster-down >/dev/null || true
