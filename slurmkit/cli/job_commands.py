@@ -3,8 +3,8 @@
 import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, StrictInt, cluster_option, job_options,
-                                  job_spec_from, json_option, pass_session, print_json, site_option, text_value,
-                                  warn)
+                                  job_spec_from, json_option, pass_session, print_json, requeue_options, site_option,
+                                  text_value, warn)
 from slurmkit.cli import sweep_commands
 
 
@@ -45,21 +45,11 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
                                                "was skipped (on stderr).")
 @click.option("--dry-run", is_flag=True, help="Only plan: print the candidates, submit nothing.")
-@click.option("--auto-requeue", is_flag=True,
-              help="Track the job: the requeue daemon restarts it from its latest complete checkpoint after a "
-                   "node failure, preemption, time limit (with a newer checkpoint) or transient exit code.")
-@click.option("--max-restarts", type=StrictInt(min=0), metavar="N",
-              help="With --auto-requeue: restart at most N times (default 10).")
+@requeue_options
 @click.option("--checkpoint-dir", metavar="DIR", callback=text_value,
               help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
-                   "(default: the site's requeue.checkpoint_root, else ./checkpoints, plus the job name).")
-@click.option("--checkpoint-convention", "conventions", multiple=True,
-              type=click.Choice(["marker", "dcp", "tracker", "file"]),
-              help="With --auto-requeue: how a complete checkpoint is recognised (repeatable; default: the site's "
-                   "requeue.checkpoint_conventions, else all).")
-@click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
-              help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
-                   "requeue.transient_exit_codes count too).")
+                   "(default: the site's requeue.checkpoint_root, else ./checkpoints, plus the job name; a "
+                   "sweep's points each have their own).")
 @sweep_commands.sweep_options
 @job_options
 @json_option
@@ -83,15 +73,7 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
     partition = kwargs.pop("partition")
     sweep = sweep_commands.pop_sweep_options(kwargs)
     if sweep_commands.sweeping(sweep):
-        requeue = None
-        if auto_requeue:
-            from slurmkit.sweep.tracked import budget
-
-            requeue = budget(max_restarts, transient_exit, conventions)
-        elif max_restarts is not None or transient_exit or conventions:
-            from slurmkit.errors import UsageError
-
-            raise UsageError("--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue")
+        requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions)
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
                                                          checkpoint_dir=checkpoint_dir), requeue=requeue)

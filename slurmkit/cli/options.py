@@ -250,6 +250,30 @@ def job_options(func):
     return func
 
 
+REQUEUE_OPTIONS = [
+    click.option("--auto-requeue", is_flag=True,
+                 help="Track the job: the requeue daemon restarts it from its latest complete checkpoint after a "
+                      "node failure, preemption, time limit (with a newer checkpoint) or transient exit code "
+                      "(a sweep: each task, from its own point's checkpoint)."),
+    click.option("--max-restarts", type=StrictInt(min=0), metavar="N",
+                 help="With --auto-requeue: restart at most N times (default 10)."),
+    click.option("--checkpoint-convention", "conventions", multiple=True,
+                 type=click.Choice(["marker", "dcp", "tracker", "file"]),
+                 help="With --auto-requeue: how a complete checkpoint is recognised (repeatable; default: the "
+                      "site's requeue.checkpoint_conventions, else all)."),
+    click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
+                 help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
+                      "requeue.transient_exit_codes count too)."),
+]
+
+
+def requeue_options(func):
+    """The requeue daemon's options, for ``submit`` and ``sweep submit``."""
+    for option in reversed(REQUEUE_OPTIONS):
+        func = option(func)
+    return func
+
+
 def job_spec_from(kwargs):
     """Build a JobSpec from the job options; pops them from ``kwargs``."""
     from slurmkit.script.render import JobSpec

@@ -12,7 +12,7 @@ import functools
 import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, job_options, job_spec_from, json_option,
-                                  print_json, site_option, text_value, warn)
+                                  print_json, requeue_options, site_option, text_value, warn)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -58,6 +58,19 @@ def sweeping(kwargs) -> bool:
 def pop_sweep_options(kwargs) -> dict:
     return {name: kwargs.pop(name, None) for name in ("sweep", "sweep_file", "sweep_name", "sweep_dir",
                                                       "max_running", "canary")}
+
+
+def requeue_budget(auto_requeue, max_restarts, transient_exit, conventions):
+    """The requeue budget of a sweep submitted with --auto-requeue (None without it)."""
+    if auto_requeue:
+        from slurmkit.sweep.tracked import budget
+
+        return budget(max_restarts, transient_exit, conventions)
+    if max_restarts is not None or transient_exit or conventions:
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue")
+    return None
 
 
 def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None, requeue=None):
@@ -126,9 +139,10 @@ def sweep():
               help="Cluster of the site; 'auto' (all) or a comma list splits the points between the clusters "
                    "in proportion to what each can run soonest.")
 @sweep_options
+@requeue_options
 @job_options
 @json_option
-def sweep_submit(site, cluster, as_json, **kwargs):
+def sweep_submit(site, cluster, as_json, auto_requeue, max_restarts, conventions, transient_exit, **kwargs):
     """Submit a sweep as job arrays; prints the sweep id (same as 'slurmkit submit --sweep ...').
 
     \b
@@ -144,8 +158,9 @@ def sweep_submit(site, cluster, as_json, **kwargs):
 
         raise UsageError("a sweep needs --sweep NAME=VALUES (repeatable) or --sweep-file FILE")
     partition = kwargs.pop("partition")
+    requeue = requeue_budget(auto_requeue, max_restarts, transient_exit, conventions)
     with _open_session(site) as session:
-        submit_sweep(session, cluster, partition, sweep_kwargs, job_spec_from(kwargs), as_json)
+        submit_sweep(session, cluster, partition, sweep_kwargs, job_spec_from(kwargs), as_json, requeue=requeue)
 
 
 class _open_session:

@@ -111,6 +111,10 @@ def test_sweep_list_shows_the_journal(clusters, capsys):
      "--checkpoint-dir does not apply to a sweep: each point checkpoints into its own directory"),
     (("submit", "--sweep", "lr=1", "--max-restarts", "2", "-M", "alpha", "--", "true", "{lr}"),
      "--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue"),
+    (("sweep", "submit", "--sweep", "lr=1", "--transient-exit", "3", "-M", "alpha", "--", "true", "{lr}"),
+     "--max-restarts, --checkpoint-convention and --transient-exit need --auto-requeue"),
+    (("sweep", "submit", "--sweep", "lr=1", "--checkpoint-dir", "/c", "--", "true", "{lr}"),
+     "No such option '--checkpoint-dir'"),
     (("submit", "--sweep", "lr=1", "--dry-run", "--", "true", "{lr}"), "--dry-run does not apply to a sweep"),
     (("submit", "--sweep", "lr", "--", "true"), "--sweep 'lr': write NAME=V1,V2"),
     (("submit", "--sweep", "lr=1", "--", "true", "{lrr}"), "placeholder {lrr} in the command"),
@@ -137,8 +141,9 @@ def test_a_refused_submission_is_one_line_and_exit_1(clusters, capsys):
     assert code == 1 and out == "" and "Invalid account" in one_error(err)
 
 
-def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(clusters, capsys):
-    code, out, err = run(capsys, "submit", "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
+@pytest.mark.parametrize("command", [("submit",), ("sweep", "submit")])
+def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(clusters, capsys, command):
+    code, out, err = run(capsys, *command, "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
     sweep_id = out.strip()
     assert code == 0 and "its tasks are tracked: the requeue daemon" in err
     code, listed, _ = run(capsys, "jobs", "--json")
