@@ -162,3 +162,8 @@ def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(cluste
     assert restart.indices == [1] and "export SLURMKIT_ATTEMPT=2" in restart.script
     code, out, _ = run(capsys, "sweep", "status", sweep_id, "--json")
     assert json.loads(out)["counts"] == {"COMPLETED": 7, "PENDING": 1}
+    code, out, err = run(capsys, "jobs")                              # the human view of the same
+    named = [ln for ln in out.splitlines() if ln.split()[1:2] and ln.split()[1].startswith(sweep_id + "/")]
+    assert code == 0 and err == "" and len(named) == 1 and " ACTIVE " in named[0]   # the restarted point only
+    code, out, err = run(capsys, "daemon", "once")
+    assert code == 0 and err == "" and out.strip()
