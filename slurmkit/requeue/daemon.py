@@ -12,8 +12,11 @@ One cycle (:meth:`Daemon.cycle`) does, for every cluster with tracked jobs:
    or stop; the decision and the next attempt's intent are written in one
    transaction;
 3. **submit**: every intent whose backoff has passed is first looked up by
-   its token (one query per cluster: after a crash the sbatch may already
-   have happened) and submitted only if Slurm has no job with it.  A failure
+   its token (one squeue per cluster: after a crash the sbatch may already
+   have happened; for intents from before the crash, where the cluster has
+   accounting, also one sacct of the user's jobs since the oldest intent, for
+   a job that ran and ended and that squeue forgot while no daemon was up)
+   and submitted only if Slurm has no job with it.  A failure
    whose answer was lost is retried on the same cluster only; a cluster that
    cannot be reached sends the restart to another cluster that shares the
    checkpoint directory, if the job declared one.

@@ -15,7 +15,7 @@ Failures, each made by Slurm itself, then restarted (or not) by the daemon:
   ``requeue.signal_grace``): the program saves and the job exits 75;
 - an exit code the site lists as transient (local.yaml: 42), one process;
 - a non-transient exit code (3): not restarted;
-- the same two from one rank of a torchrun job on two nodes of alpha (rank 1
+- the same two from one rank of a torchrun job on two nodes of gamma (rank 1
   exits alone; torchrun and srun then exit 1 and 143, but the job script
   exits with that worker's status, which the daemon records).
 
@@ -426,10 +426,11 @@ def other_exit(user, devcluster):
 
 
 def transient_exit_one_rank(user, devcluster):
-    """torchrun on two nodes of alpha, a worker each; rank 1 alone exits 42 after the checkpoint of
+    """torchrun on both nodes of gamma, a worker each; rank 1 alone exits 42 after the checkpoint of
     step 30, at once.  torchrun exits 1 and srun 143 whatever a worker's status: the job's status
-    must still be 42, the failing worker's (each worker runs under slurmkit_worker)."""
-    first = user.submit("-T", "torchrun", "-p", "cpu", "-N", 2, "-t", 5,
+    must still be 42, the failing worker's (each worker runs under slurmkit_worker).  On gamma,
+    where no scenario takes a node down or preempts (a restart must not meet alpha's NODE_FAIL)."""
+    first = user.submit("-T", "torchrun", "-N", 2, "--gpus-per-node", 1, "-t", 5,
                         command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS,
                                  "--first-attempt-exit", "30:%d:1" % TRANSIENT])
     state = user.ended(first["job_id"], timeout=240)
@@ -445,8 +446,8 @@ def transient_exit_one_rank(user, devcluster):
 
 
 def other_exit_one_rank(user, devcluster):
-    """torchrun on two nodes of alpha; rank 1 alone exits 3 after step 30: not restarted."""
-    first = user.submit("-T", "torchrun", "-p", "cpu", "-N", 2, "-t", 5,
+    """torchrun on both nodes of gamma; rank 1 alone exits 3 after step 30: not restarted."""
+    first = user.submit("-T", "torchrun", "-N", 2, "--gpus-per-node", 1, "-t", 5,
                         command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3:1"])
     state = user.ended(first["job_id"], timeout=240)
     report = user.once()
@@ -456,7 +457,7 @@ def other_exit_one_rank(user, devcluster):
 
 SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemption), "timeout": ("gamma", time_limit),
              "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit),
-             "transient_rank": ("alpha", transient_exit_one_rank), "other_rank": ("alpha", other_exit_one_rank)}
+             "transient_rank": ("gamma", transient_exit_one_rank), "other_rank": ("gamma", other_exit_one_rank)}
 
 
 def scenario_test(key):
@@ -684,6 +685,35 @@ def test_kill_9_anywhere_in_a_restart_makes_exactly_one_new_attempt(devcluster, 
 
 
 # --------------------------------------------------------------------------
+# the srun template: one task's transient exit is the job's
+# --------------------------------------------------------------------------
+
+def test_a_transient_exit_of_one_srun_task_is_the_jobs_and_restarts(devcluster, tmp_path):
+    user = User(tmp_path, "srun", "gamma")
+    try:
+        # Two tasks; on the first attempt task 1 exits 42 and task 0 would sleep a minute, until
+        # srun --kill-on-bad-exit ends it (srun then returns the highest status of its tasks).
+        first = user.submit("-T", "srun", "-N", 1, "--gpus-per-node", 2, "-t", 2, command=[
+            "bash", "-c", 'echo "task $SLURM_PROCID attempt $SLURMKIT_ATTEMPT"; [ "$SLURMKIT_ATTEMPT" = 1 ] || exit 0; '
+                          '[ "$SLURM_PROCID" != 1 ] || exit %d; exec sleep 60' % TRANSIENT])
+        assert user.ended(first["job_id"], timeout=120) == "FAILED"
+        text = user.output(first["job_id"])
+        found = re.search(r"^slurmkit: the step ended with status (\d+); the first worker to fail \(rank 1 on \S+\) "
+                          r"exited 42: the job exits 42$", text, re.M)
+        assert found and found.group(1) != "42", text
+        report = user.once()
+        assert len(report["restarted"]) == 1, report
+        first_attempt = user.attempt(1)
+        assert first_attempt["exit_code"] == TRANSIENT and first_attempt["cause"] == "transient_exit", first_attempt
+        restart = user.attempt(2)["job_id"]
+        assert user.ended(restart, timeout=120) == "COMPLETED"
+        assert user.finish(timeout=60)["state"] == "completed"
+        assert sorted(re.findall(r"^task (\d) attempt 2$", user.output(restart), re.M)) == ["0", "1"]
+    finally:
+        user.cleanup()
+
+
+# --------------------------------------------------------------------------
 # after a crash: a restart that ran and ended while no daemon was up, found in accounting
 # --------------------------------------------------------------------------
 
@@ -740,9 +770,12 @@ def test_a_restart_squeue_forgot_is_found_by_its_token_in_accounting(devcluster,
         token = "slurmkit:" + intent["token"]
         (restart,) = [j for j, comment, _ in named_jobs("alpha", user.name) if comment == token]
         user.ended(restart, timeout=120)
-        until("alpha's accounting to hold job %s with its token" % restart,
-              lambda: token in slurm("alpha", "sacct", "--noheader", "--parsable2", "--allocations",
-                                     "--jobs=" + restart, "--format=Comment").stdout, 60)
+        # Accounting lists a job by time (what the daemon asks) a second or two after it lists it by
+        # id: wait for the former, as a daemon that comes back after MinJobAge finds it.
+        until("alpha's accounting to list job %s with its token" % restart,
+              lambda: "%s|%s" % (restart, token) in slurm(
+                  "alpha", "sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-3600",
+                  "--format=JobIDRaw,Comment").stdout, 60)
         # A daemon that sees nothing in squeue finds the token with one sacct of the user's jobs ...
         lookups = forgetful_once()
         by_time = [line for line in lookups if "--starttime=now-" in line]

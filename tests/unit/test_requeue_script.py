@@ -164,3 +164,28 @@ def test_a_signal_to_the_workers_process_group_is_the_workers_to_handle(tmp_path
     assert err.count("usr1") == 1, err
     (record,) = steps.iterdir()
     assert record.read_text().split()[1:3] == ["75", "0"]
+
+
+@pytest.mark.parametrize("template", ["srun", "torchrun", "single"])
+def test_the_multi_process_templates_start_each_worker_under_the_wrapper(template):
+    site = load_site(str(ROOT / "site_configs" / "local.yaml"))
+    cluster = site.cluster()
+    partition = site.partition(cluster, "cpu")
+    command = ("/opt/venv/bin/python", "train.py", "--lr", "0.1")
+    tracked = render.JobSpec(command=command, nodes=1 if template == "single" else 2, template=template, time="5",
+                             token="t", checkpoint_dir="/ckpt", attempt=1)
+    plain = tracked._replace(checkpoint_dir=None, attempt=None)
+    script = render.render(site, cluster, partition, tracked).script
+    launch = script[script.rindex("slurmkit_run_step "):]
+    if template == "srun":
+        assert "-- bash -c 'slurmkit_worker \"$@\"' slurmkit-worker /opt/venv/bin/python train.py --lr 0.1" in launch
+    elif template == "single":
+        assert launch.startswith("slurmkit_run_step /opt/venv/bin/python train.py") and "slurmkit-worker" not in script
+    else:
+        # The wrapper runs the Python the command names, as torchrun itself would (-u).
+        assert '"${slurmkit_workers[@]}" train.py --lr 0.1' in launch
+        assert 'slurmkit_workers=(--no-python bash -c \'slurmkit_worker "$@"\' slurmkit-worker "$slurmkit_python" -u)' \
+            in script
+    # Without the requeue daemon the scripts are as they were: no wrapper, no step directory.
+    untracked = render.render(site, cluster, partition, plain).script
+    assert "slurmkit_worker" not in untracked and "SLURMKIT_STEP_DIR" not in untracked
