@@ -114,25 +114,27 @@ def summarize(runs):
 
 # ---------------------------------------------------------------- 1. RPCs and CPU per poll cycle
 
-def submit_held(env, count):
-    """``count`` held one-minute jobs on alpha's cpu partition (they never run); their ids."""
+def submit_held(env, count, partition="cpu"):
+    """``count`` held one-minute jobs on ``partition`` (alpha's cpu here; they never run); their ids.
+    bench/bench_scale.py uses it on the scale cluster too."""
     def one(_):
-        out = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "cpu", "-t", "1", "-J", NAME, "-o", "/dev/null",
-                              "--wrap", "true"], env=env, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["sbatch", "--parsable", "--hold", "-p", partition, "-t", "1", "-J", NAME, "-o",
+                              "/dev/null", "--wrap", "true"], env=env, capture_output=True, text=True,
+                             check=True).stdout
         return out.strip().split(";")[0]
     with ThreadPoolExecutor(8) as pool:
         return list(pool.map(one, range(count)))
 
 
-def journal_with(path, job_ids):
+def journal_with(path, job_ids, site=SITE, cluster="alpha", partition="cpu"):
     """A journal tracking one submitted attempt per job id, as `submit --auto-requeue` leaves it."""
     from slurmkit.requeue.journal import Journal
 
     journal = Journal(str(path))
     for i, job_id in enumerate(job_ids):
-        tid = journal.track(name="bench-%d" % i, site=SITE, cluster="alpha", partition="cpu",
+        tid = journal.track(name="bench-%d" % i, site=site, cluster=cluster, partition=partition,
                             spec={"command": ["true"]}, checkpoint_dir=str(path.parent / "ckpt"))
-        journal.submitted(journal.begin_attempt(tid, 1, "bench%06d%s" % (i, job_id), "alpha"), job_id)
+        journal.submitted(journal.begin_attempt(tid, 1, "bench%06d%s" % (i, job_id), cluster), job_id)
     journal.close()
 
 
