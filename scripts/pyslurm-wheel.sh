@@ -9,7 +9,8 @@
 # (default ../shared/vendor/pyslurm beside the repository): 22.05 ->
 # pyslurm-22.5.*.tar.gz, 24.11 -> pyslurm-24.11.*.tar.gz.  A build takes
 # minutes on two cores, so the wheel is cached in CACHE_DIR (default
-# .cache/pyslurm, ignored by git and left alone by `make clean`), keyed by the
+# $PYSLURM_CACHE, else ~/.cache/slurmkit/pyslurm as `make pyslurm` passes it:
+# kept for the whole machine, so a fresh clone reuses it), keyed by the
 # exact Slurm version, the Python version and the source archive's checksum:
 # with the wheel cached, a run only installs it (seconds), and with it already
 # installed, a run only compares a stamp.
@@ -21,7 +22,7 @@ set -euo pipefail
 py=${1:?usage: $0 VENV_PYTHON [VENDOR_DIR [CACHE_DIR]]}
 here=$(cd "$(dirname "$0")/.." && pwd)
 vendor=${2:-$here/../shared/vendor/pyslurm}
-cache=${3:-$here/.cache/pyslurm}
+cache=${3:-${PYSLURM_CACHE:-${SLURMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}/pyslurm}}
 
 say() { echo "pyslurm: $*"; }
 
@@ -63,12 +64,15 @@ key="slurm-${slurm_version}_py${pyver}_$(basename "$source" .tar.gz)-$sum"
 dir="$cache/$key"
 stamp="$("$py" -c 'import sys; print(sys.prefix)')/.pyslurm-wheel"
 
-wheel=$(ls -1 "$dir"/pyslurm-*.whl 2>/dev/null | head -n 1 || true)
-if [ -n "$wheel" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wheel" ] \
+# Installed already: the stamp names the wheel installed, from whichever cache
+# (a caller with another HOME, as the tests are, sees the same answer).
+installed=$(cat "$stamp" 2>/dev/null || true)
+if [ -n "$installed" ] && [ -f "$installed" ] && [ "$(basename "$(dirname "$installed")")" = "$key" ] \
         && "$py" -c 'import importlib.metadata as m; m.version("pyslurm")' 2>/dev/null; then
-    say "$(basename "$wheel") already installed (Slurm $slurm_version)"
+    say "$(basename "$installed") already installed (Slurm $slurm_version)"
     exit 0
 fi
+wheel=$(ls -1 "$dir"/pyslurm-*.whl 2>/dev/null | head -n 1 || true)
 
 if [ -z "$wheel" ]; then
     mkdir -p "$cache"

@@ -8,7 +8,10 @@
 # (mkroot.sh's stamp).  Each clone keeps its own per-root state under
 # $RELEASES_DIR (default .cache/releases, ignored by git, kept by `make clean`):
 #   RELEASES_ROOTS/<suite>/root/   the file system (scripts/releases/mkroot.sh), with the
-#                                  pyslurm wheels built for it in /var/cache/slurmkit/pyslurm
+#                                  pyslurm wheels built for it in its own ~/.cache/slurmkit
+#                                  (devcluster/in-root.sh: HOME=/root, the host's cache
+#                                  variables unset; the wheel's key holds the root's exact
+#                                  Slurm and Python versions)
 #   RELEASES_DIR/<suite>/venv/        the repository's .venv inside that root (Python of the root)
 #   RELEASES_DIR/<suite>/devcluster/  the repository's .devcluster inside that root (its clusters' state)
 
@@ -16,9 +19,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RELEASES_DIR=${RELEASES_DIR:-$repo/.cache/releases}
 SLURMKIT_CACHE=${SLURMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
 RELEASES_ROOTS=${RELEASES_ROOTS:-$SLURMKIT_CACHE/releases}
-# Where `make pyslurm` keeps its wheels inside a root: built once per root
-# (the wheel's key holds the root's exact Slurm and Python versions).
-ROOT_PYSLURM_CACHE=/var/cache/slurmkit/pyslurm
 in_root="$repo/devcluster/in-root.sh"
 
 # The host's Slurm release, MAJOR.MINOR (Debian's package database: Slurm 22.05's
@@ -79,7 +79,7 @@ ensure_venv() {
     [ "$root" != / ] || return 0       # the host's own .venv
     mkdir -p "$dir/venv"
     "$in_root" "$root" --venv "$dir/venv" --pip --shared -- \
-        make --no-print-directory -s venv compile pyslurm PYSLURM_CACHE="$ROOT_PYSLURM_CACHE"
+        make --no-print-directory -s venv compile pyslurm
 }
 
 # COMMAND inside the release's root, with its clusters' own state, venv and a
