@@ -119,13 +119,16 @@ def hostile_site_files(tmp_path):
 @pytest.mark.parametrize("which", ["merge", "product", "fifo", "zero", "dir"])
 @pytest.mark.parametrize("command", [["site", "validate", "{FILE}"], ["render", "--site", "{FILE}", "--", "true"],
                                      ["status", "--site", "{FILE}"]])
-def test_hostile_site_files_answer_within_a_second(hostile_site_files, which, command):
+def test_hostile_site_files_answer_within_seconds(hostile_site_files, which, command):
     path, needle = hostile_site_files[which]
     args = [a.replace("{FILE}", path) for a in command]
     start = time.monotonic()
     proc = slurmkit(*args, timeout=30)
     took = time.monotonic() - start
-    assert took < 1.0, "%s took %.2fs" % (which, took)
+    # Expanded, the bombs would take minutes and gigabytes, a FIFO or /dev/zero
+    # forever; a whole slurmkit process answers in well under a second on an idle
+    # machine, and took 1.1-1.2 s on the 2 shared cores under a load of 15.
+    assert took < 3.0, "%s took %.2fs" % (which, took)
     assert proc.returncode == 2
     if command[0] == "site":
         # validate prints the problems as FILE:LINE lines, then its summary.
