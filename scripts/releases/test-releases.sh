@@ -19,6 +19,8 @@
 # Each release's pytest summary line is printed, with the time each step took;
 # logs in $RELEASES_DIR/<suite>/test.log.  Exit status: non-zero if any failed.
 # RELEASES_PYTEST_ARGS: extra pytest arguments for the releases' runs.
+# RELEASES_PARALLEL=1: the releases' suites run at the same time (each root's
+# clusters live in a network namespace of their own), then the mixed federation.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 releases=("$@")
@@ -31,38 +33,13 @@ last_summary() {  # the pytest summary line of a log
     grep -E '^(=+ )?[0-9]+ (passed|failed|error)|^(=+ )?no tests ran' "$1" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//'
 }
 
-for rel in "${releases[@]}"; do
-    t0=$(now)
-    if [ "$rel" = mixed ]; then
-        log="$RELEASES_DIR/mixed-test.log"
-        mkdir -p "$RELEASES_DIR"
-        echo "== mixed-release federation (alpha $(host_release), beta 24.11, gamma 26.05)"
-        status=0
-        {
-            bash "$repo/scripts/releases/mixed.sh" up \
-                && DEVCLUSTER_STATE="$repo/.devcluster/mixed" "$repo/.venv/bin/python" -m pytest -q \
-                    -p no:cacheprovider "$repo/tests/integration/test_mixed_releases.py" ${RELEASES_PYTEST_ARGS:-}
-        } > "$log" 2>&1 || status=$?
-        bash "$repo/scripts/releases/mixed.sh" down >> "$log" 2>&1 || true
-        line=$(last_summary "$log")
-        [ "$status" = 0 ] || { failed=1; tail -n 40 "$log"; }
-        summary+=("mixed: ${line:-no pytest summary (see $log)}  [$(( $(now) - t0 )) s]")
-        echo "${summary[-1]}"
-        continue
-    fi
-    dir=$(release_dir "$rel") || { failed=1; summary+=("$rel: unknown release"); continue; }
-    mkdir -p "$dir"
-    log="$dir/test.log"
-    echo "== Slurm $rel"
-    if ! ensure_root "$rel"; then
-        failed=1; summary+=("$rel: root could not be made"); continue
-    fi
-    t1=$(now)
-    if ! ensure_venv "$rel"; then
-        failed=1; summary+=("$rel: venv/pyslurm could not be installed"); continue
-    fi
+# The suite of one release inside its root: prints its summary line, writes it
+# to $dir/summary and exits non-zero if it failed.  T_ROOT and T_VENV: the
+# seconds its root and venv took, for the line.
+run_suite() {
+    local rel=$1 dir log status=0 t2 t3 line
+    dir=$(release_dir "$rel"); log="$dir/test.log"
     t2=$(now)
-    status=0
     # Unit and integration tests as two pytest runs: the two folders share
     # module basenames (test_backend.py ...), which one run cannot import both of.
     in_release "$rel" bash -c '
@@ -78,8 +55,73 @@ for rel in "${releases[@]}"; do
     t3=$(now)
     line="unit: $(sed -n '1,/^== end of tests\/unit/p' "$log" > "$log.unit"; last_summary "$log.unit"); integration: $(sed -n '/^== end of tests\/unit/,$p' "$log" > "$log.int"; last_summary "$log.int")"
     rm -f "$log.unit" "$log.int"
-    [ "$status" = 0 ] || { failed=1; grep -E '^(FAILED|ERROR) ' "$log" | head -n 30; }
-    summary+=("$rel ($(cat "$(release_root "$rel")/.slurm-version" 2>/dev/null || echo host)): ${line:-no pytest summary (see $log)}  [root $(( t1 - t0 )) s, venv $(( t2 - t1 )) s, suite $(( t3 - t2 )) s]")
+    [ "$status" = 0 ] || grep -E '^(FAILED|ERROR) ' "$log" | head -n 30 | sed "s/^/$rel: /"
+    echo "$rel ($(cat "$(release_root "$rel")/.slurm-version" 2>/dev/null || echo host)): ${line:-no pytest summary (see $log)}  [root ${T_ROOT:-?} s, venv ${T_VENV:-?} s, suite $(( t3 - t2 )) s]" \
+        | tee "$dir/summary"
+    return "$status"
+}
+
+# 1. Roots and venvs, one release after the other (pip and apt use this machine's network).
+suites=()
+for rel in "${releases[@]}"; do
+    [ "$rel" != mixed ] || continue
+    t0=$(now)
+    dir=$(release_dir "$rel") || { failed=1; summary+=("$rel: unknown release"); continue; }
+    mkdir -p "$dir"
+    rm -f "$dir/summary"
+    echo "== Slurm $rel"
+    if ! ensure_root "$rel"; then
+        failed=1; summary+=("$rel: root could not be made"); continue
+    fi
+    t1=$(now)
+    if ! ensure_venv "$rel"; then
+        failed=1; summary+=("$rel: venv/pyslurm could not be installed"); continue
+    fi
+    echo "$(( t1 - t0 )) $(( $(now) - t1 ))" > "$dir/prepared"
+    suites+=("$rel")
+done
+
+# 2. The suites.  RELEASES_PARALLEL=1: all at once, each root's clusters in
+# their own network namespace (nothing of one is seen by another); most of a
+# suite's time is waiting on Slurm, not CPU.  Otherwise one after the other.
+pids=()
+for rel in "${suites[@]}"; do
+    dir=$(release_dir "$rel")
+    read -r T_ROOT T_VENV < "$dir/prepared"
+    export T_ROOT T_VENV
+    if [ "${RELEASES_PARALLEL:-0}" = 1 ]; then
+        echo "== Slurm $rel: suite started"
+        run_suite "$rel" & pids+=($!)
+    else
+        echo "== Slurm $rel: suite"
+        run_suite "$rel" || failed=1
+    fi
+done
+for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+done
+for rel in "${suites[@]}"; do
+    dir=$(release_dir "$rel")
+    summary+=("$(cat "$dir/summary" 2>/dev/null || echo "$rel: no summary (see $dir/test.log)")")
+done
+
+# 3. The mixed-release federation, once the releases' own clusters are down.
+for rel in "${releases[@]}"; do
+    [ "$rel" = mixed ] || continue
+    t0=$(now)
+    log="$RELEASES_DIR/mixed-test.log"
+    mkdir -p "$RELEASES_DIR"
+    echo "== mixed-release federation (alpha $(host_release), beta 24.11, gamma 26.05)"
+    status=0
+    {
+        bash "$repo/scripts/releases/mixed.sh" up \
+            && DEVCLUSTER_STATE="$repo/.devcluster/mixed" "$repo/.venv/bin/python" -m pytest -q \
+                -p no:cacheprovider "$repo/tests/integration/test_mixed_releases.py" ${RELEASES_PYTEST_ARGS:-}
+    } > "$log" 2>&1 || status=$?
+    bash "$repo/scripts/releases/mixed.sh" down >> "$log" 2>&1 || true
+    line=$(last_summary "$log")
+    [ "$status" = 0 ] || { failed=1; tail -n 40 "$log"; }
+    summary+=("mixed: ${line:-no pytest summary (see $log)}  [$(( $(now) - t0 )) s]")
     echo "${summary[-1]}"
 done
 echo "== Slurm releases"
