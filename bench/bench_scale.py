@@ -350,7 +350,8 @@ def plot(results, path):
         for queued, style in (("0", "-o"), (str(queue), "--x")):
             if all(name in r["queues"].get(queued, {}) for r in results):
                 label = "%s%s" % (name, "" if queued == "0" else " (%d queued)" % queue)
-                kw = dict(label=label, color="C%d" % k)
+                # tab20: a colour of its own for each of the 13 commands (C0-C9 repeat after ten).
+                kw = dict(label=label, color=plt.cm.tab20(k % 20))
                 ax_t.plot(sizes, [r["queues"][queued][name]["seconds"] for r in results], style, **kw)
                 ax_r.plot(sizes, [r["queues"][queued][name]["rpcs"] for r in results], style, **kw)
                 ax_c.plot(sizes, [r["queues"][queued][name].get("slurmctld_ms", 0) for r in results], style, **kw)
