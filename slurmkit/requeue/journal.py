@@ -24,11 +24,11 @@ import json
 import os
 import sqlite3
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 from slurmkit.errors import SlurmkitError
+from slurmkit.statedb import open_db, transaction
 
 SCHEMA_VERSION = 1
 
@@ -159,22 +159,13 @@ class Journal:
     def __init__(self, path: Optional[str] = None, clock=time.time):
         self.path = path or default_path()
         self.clock = clock
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE), so a
-        # reader never blocks the writer and two writers never interleave their steps.
-        self.db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self.db = open_db(self.path, _SCHEMA, synchronous="FULL")   # a committed step survives power loss too
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")     # a committed step survives power loss too
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(_SCHEMA)     # IF NOT EXISTS: idempotent, and atomic per statement
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         version = int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
         if version > SCHEMA_VERSION:
             raise SlurmkitError("the requeue journal %s was written by a newer slurmkit (schema %d); upgrade "
                                 "slurmkit" % (self.path, version))
-        os.chmod(self.path, 0o600)
         self._lock_fd = None
 
     def close(self):
@@ -183,15 +174,8 @@ class Journal:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def _tx(self):
+        return transaction(self.db)
 
     # -- one daemon per journal -------------------------------------------------
 

@@ -21,12 +21,12 @@ it to the new array at the *same index*, running the same points table
 
 import json
 import os
-import sqlite3
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError
+from slurmkit.statedb import open_db, transaction
 
 SCHEMA_VERSION = 1
 
@@ -179,19 +179,12 @@ class Journal:
     def __init__(self, path: Optional[str] = None, clock=time.time):
         self.path = path or default_path()
         self.clock = clock
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
-        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE).
-        self.db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")   # WAL + NORMAL: a commit survives a crash of the process
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(_SCHEMA)
+        self.db = open_db(self.path, _SCHEMA, synchronous="NORMAL")   # with WAL: survives a crash of the process
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         version = int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
         if version > SCHEMA_VERSION:
             raise SlurmkitError("the sweep journal %s was written by a newer slurmkit (schema %d); upgrade slurmkit"
                                 % (self.path, version))
-        os.chmod(self.path, 0o600)
 
     def close(self):
         self.db.close()
@@ -202,15 +195,8 @@ class Journal:
     def __exit__(self, *exc):
         self.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def _tx(self):
+        return transaction(self.db)
 
     @contextmanager
     def locked(self, sweep_id: str, wait: float = 60.0):
