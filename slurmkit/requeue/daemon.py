@@ -458,14 +458,16 @@ class SiteSessions:
 
 
 def open_daemon(journal_path: Optional[str] = None, min_interval: float = 5.0,
-                max_interval: float = 60.0) -> Tuple[Daemon, SiteSessions]:
-    """The daemon over the user's journal, with real sessions; the caller closes the sessions."""
+                max_interval: float = 60.0, daemon_class: type = Daemon) -> Tuple[Daemon, SiteSessions]:
+    """The daemon over the user's journal, with real sessions; the caller closes the sessions.
+
+    ``daemon_class`` is :class:`Daemon` or a subclass (the sweeps' daemon, a layer above, passes its own)."""
     from functools import partial
 
     from slurmkit.requeue import tracking
 
     journal = Journal(journal_path)
     sessions = SiteSessions()
-    daemon = Daemon(journal, sessions=sessions, submit_attempt=partial(tracking.submit_attempt, sessions),
-                    min_interval=min_interval, max_interval=max_interval)
+    daemon = daemon_class(journal, sessions=sessions, submit_attempt=partial(tracking.submit_attempt, sessions),
+                          min_interval=min_interval, max_interval=max_interval)
     return daemon, sessions

@@ -5,10 +5,14 @@ the same journal, policy, budgets, backoff, excluded nodes and intents with
 tokens) with two differences for the tracked jobs that are a sweep's points
 (:mod:`slurmkit.sweep.tracked`):
 
-- **poll**: they are asked about the way ``sweep status`` asks, one
-  ``squeue --array`` per cluster for each sweep (plus ``sacct`` and the
-  tasks' own ``exit.status`` records for tasks Slurm forgot), under the
-  sweep's lock; a sweep a user's command is working on is polled next cycle;
+- **poll**: one ``squeue --array`` per cluster for the unfinished tasks of
+  every sweep together (plus one ``sacct`` for tasks it forgot, where there
+  is accounting), whatever the number of sweeps (``sweep status`` asks per
+  sweep); each sweep's refresh then reads its own tasks from that answer
+  (and the tasks' own ``exit.status`` records for tasks Slurm forgot), under
+  the sweep's lock; a sweep a user's command is working on is polled next
+  cycle.  Plain tracked jobs keep the daemon's own batched query
+  (``jobs_by_id``), so a cluster with both costs that query too;
 - **submit**: a restart is a one-task sparse array of the point's table
   (:func:`slurmkit.sweep.core.restart_point`): the point keeps its index,
   output and checkpoint directory, resumes from the checkpoint the policy
@@ -51,16 +55,22 @@ class SweepDaemon(Daemon):
             groups.setdefault((t.site, point_of(t)[0]), []).append(t)
         journal = Journal()
         try:
+            sweeps = {}
             for (site, sweep_id), group in groups.items():
                 sweep = journal.sweep(sweep_id)
                 if sweep is None:
                     report.errors.append("sweep %s of %d tracked point(s) is not in %s" % (
                         sweep_id, len(group), journal.path))
                     continue
+                sweeps[(site, sweep_id)] = sweep
+            answered = self._ask_clusters(journal, sweeps, report)
+            for (site, sweep_id), sweep in sweeps.items():
+                group = groups[(site, sweep_id)]
                 try:
                     session = self.sessions(site)
                     with journal.locked(sweep.id, wait=0):
-                        status = core.refresh(session, journal, sweep, reconcile=True)
+                        status = core.refresh(session, journal, sweep, reconcile=True,
+                                              answered=answered.get(site, {}))
                 except SweepBusy:
                     continue       # a user's command is working on the sweep: next cycle
                 except SlurmkitError as exc:
@@ -96,6 +106,33 @@ class SweepDaemon(Daemon):
         finally:
             journal.close()
 
+    def _ask_clusters(self, journal, sweeps, report: CycleReport):
+        """{site: {cluster: TaskAnswer or the error}}: one query per cluster for the tasks of every sweep.
+
+        ``sweep status`` asks per sweep; the daemon, polling many sweeps every
+        cycle, asks each cluster once about the union of their unfinished
+        tasks (one ``squeue --array``, plus one ``sacct`` for tasks it forgot
+        where there is accounting), and each sweep's refresh reads its own
+        tasks from that answer.
+        """
+        from slurmkit.sweep import core
+
+        wanted, accounting = {}, {}
+        for (site, _), sweep in sweeps.items():
+            asked, has_accounting = core.tasks_to_ask(journal, sweep)
+            for cluster, keys in asked.items():
+                wanted.setdefault((site, cluster), set()).update(keys)
+                accounting[(site, cluster)] = accounting.get((site, cluster), False) or has_accounting.get(cluster,
+                                                                                                          False)
+        answered = {}
+        for (site, cluster), keys in wanted.items():
+            try:
+                answer = core.query_tasks(self.sessions(site), cluster, keys, accounting[(site, cluster)])
+            except SlurmkitError as exc:
+                answer = exc       # each sweep reports the cluster unreachable; none asks again
+            answered.setdefault(site, {})[cluster] = answer
+        return answered
+
     def _submit_attempt(self, tracked, attempt, cluster: str) -> Tuple[str, str]:
         where = point_of(tracked)
         if where is None:
@@ -121,14 +158,7 @@ def _is_placement(attempt, array, point) -> bool:
 def open_daemon(journal_path: Optional[str] = None, min_interval: float = 5.0,
                 max_interval: float = 60.0):
     """:func:`slurmkit.requeue.daemon.open_daemon`, as a :class:`SweepDaemon`; the caller closes the sessions."""
-    from functools import partial
+    from slurmkit.requeue import daemon
 
-    from slurmkit.requeue import tracking
-    from slurmkit.requeue.daemon import SiteSessions
-    from slurmkit.requeue.journal import Journal
-
-    journal = Journal(journal_path)
-    sessions = SiteSessions()
-    daemon = SweepDaemon(journal, sessions=sessions, submit_attempt=partial(tracking.submit_attempt, sessions),
-                         min_interval=min_interval, max_interval=max_interval)
-    return daemon, sessions
+    return daemon.open_daemon(journal_path, min_interval=min_interval, max_interval=max_interval,
+                              daemon_class=SweepDaemon)

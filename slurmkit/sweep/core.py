@@ -47,7 +47,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from slurmkit.errors import JobDoesNotFitError, SlurmCommandError, SlurmkitError, UsageError
 from slurmkit.script.render import JobSpec
@@ -745,12 +745,67 @@ def _reconcile_intents(session, journal: Journal, intents: Sequence[ArrayRecord]
             journal.refused(array.id, "not in Slurm after an interrupted submission")
 
 
+class TaskAnswer(NamedTuple):
+    """One cluster's answer about many arrays' tasks (:func:`query_tasks`), possibly shared by many sweeps."""
+
+    found: Dict[Tuple[str, int], slurmio.TaskInfo]    # (array id, index) -> task, from squeue or accounting
+    queued: Set[Tuple[str, int]]                       # the tasks squeue listed (the controller still has them)
+    count: int                                         # Slurm commands it took (1 or 2)
+    unstarted: Dict[str, slurmio.TaskInfo]             # see slurmio.parse_squeue_unstarted
+    asked: FrozenSet[Tuple[str, int]]                  # the tasks it was asked about
+
+
+def tasks_to_ask(journal: Journal, sweep: SweepRecord, also: Iterable[str] = ()):
+    """({cluster: {(array id, index): point}}, {cluster: has accounting}): what :func:`refresh` asks Slurm."""
+    arrays = journal.arrays(sweep.id)
+    by_id = {a.id: a for a in arrays}
+    extra = set(also)
+    asked: Dict[str, Dict[Tuple[str, int], PointRecord]] = {}
+    for p in journal.points(sweep.id):
+        array = by_id.get(p.array_id) if p.array_id is not None else None
+        if array is None or array.phase != "submitted":
+            continue
+        if is_live(p.state) or p.point_id in extra:
+            asked.setdefault(array.cluster, {})[(array.job_id, p.idx)] = p
+    return asked, {a.cluster: bool(a.accounting) for a in arrays}
+
+
+def query_tasks(session, cluster: str, wanted: Iterable[Tuple[str, int]], accounting: bool) -> TaskAnswer:
+    """These tasks (of one sweep, or of many: the requeue daemon asks once for all its sweeps), in one
+    ``squeue --array`` of their arrays, plus one ``sacct`` for those it forgot where there is accounting."""
+    backend = session.backend(cluster)
+    wanted = frozenset(wanted)
+    ids = sorted({key[0] for key in wanted}, key=int)
+    result = backend.runner.run(slurmio.squeue_tasks(ids))
+    count = 1
+    if not result.ok and "Invalid job id" in (result.stderr or ""):
+        tasks, unstarted = [], {}       # every array forgotten by the controller
+    else:
+        text = backend._check(result, "squeue").stdout
+        tasks, unstarted = slurmio.parse_squeue_tasks(text), slurmio.parse_squeue_unstarted(text)
+    found = {t.key: t for t in tasks if t.key in wanted}
+    queued = set(found)
+    missing = [k for k in wanted if k not in found]
+    if missing and accounting:
+        count += 1
+        forgotten = sorted({k[0] for k in missing}, key=int)
+        for t in slurmio.parse_sacct_tasks(_run(backend, slurmio.sacct_tasks(forgotten), "sacct").stdout):
+            if t.key in wanted and t.key not in found:
+                found[t.key] = t
+    return TaskAnswer(found, queued, count, unstarted, wanted)
+
+
 def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = False,
-            also: Iterable[str] = ()) -> SweepStatus:
+            also: Iterable[str] = (), answered: Optional[Dict[str, object]] = None) -> SweepStatus:
     """Ask each cluster once about the sweep's unfinished tasks (and those of ``also``), record the answers.
 
     ``reconcile`` settles arrays left as intents (only under the sweep's
-    lock: a submission in progress has intents too).
+    lock: a submission in progress has intents too).  ``answered`` is
+    {cluster: :class:`TaskAnswer` or the SlurmkitError the query raised}
+    already asked for many sweeps at once (the requeue daemon: one query per
+    cluster per cycle, whatever the number of sweeps); a cluster it lacks, or
+    whose answer does not cover every task this sweep asks about now (the
+    journal changed in between), is asked here.
     """
     from slurmkit import results
 
@@ -758,40 +813,16 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
     intents = [a for a in arrays if a.phase == "intent"]
     if intents and reconcile:
         _reconcile_intents(session, journal, intents)
-        arrays = journal.arrays(sweep.id)
-    by_id = {a.id: a for a in arrays}
-    points = journal.points(sweep.id)
-    extra = set(also)
-    asked: Dict[str, Dict[Tuple[str, int], PointRecord]] = {}
-    for p in points:
-        array = by_id.get(p.array_id) if p.array_id is not None else None
-        if array is None or array.phase != "submitted":
-            continue
-        if is_live(p.state) or p.point_id in extra:
-            asked.setdefault(array.cluster, {})[(array.job_id, p.idx)] = p
-    accounting = {a.cluster: bool(a.accounting) for a in arrays}
+    asked, accounting = tasks_to_ask(journal, sweep, also)
 
     def ask(cluster):
-        backend = session.backend(cluster)
-        wanted = asked[cluster]
-        ids = sorted({key[0] for key in wanted}, key=int)
-        result = backend.runner.run(slurmio.squeue_tasks(ids))
-        count = 1
-        if not result.ok and "Invalid job id" in (result.stderr or ""):
-            tasks, unstarted = [], {}       # every array forgotten by the controller
-        else:
-            text = backend._check(result, "squeue").stdout
-            tasks, unstarted = slurmio.parse_squeue_tasks(text), slurmio.parse_squeue_unstarted(text)
-        found = {t.key: t for t in tasks if t.key in wanted}
-        queued = set(found)
-        missing = [k for k in wanted if k not in found]
-        if missing and accounting.get(cluster):
-            count += 1
-            forgotten = sorted({k[0] for k in missing}, key=int)
-            for t in slurmio.parse_sacct_tasks(_run(backend, slurmio.sacct_tasks(forgotten), "sacct").stdout):
-                if t.key in wanted and t.key not in found:
-                    found[t.key] = t
-        return found, queued, count, unstarted
+        shared = (answered or {}).get(cluster)
+        if isinstance(shared, SlurmkitError):
+            raise shared
+        if shared is not None and shared.asked.issuperset(asked[cluster]):
+            return shared.found, shared.queued, 0, shared.unstarted
+        answer = query_tasks(session, cluster, asked[cluster], accounting.get(cluster, False))
+        return answer.found, answer.queued, answer.count, answer.unstarted
 
     answers = results.each(asked, ask)
     updates: List[StateUpdate] = []

@@ -207,3 +207,76 @@ def test_a_time_limit_restarts_a_task_only_when_its_point_has_a_newer_checkpoint
     tracked = world.tracked()
     assert tracked[points[0]].state == "stopped" and "without a newer checkpoint" in tracked[points[0]].reason
     assert tracked[points[1]].state == "active" and tracked[points[1]].current.resume_step == 7
+
+
+PLAIN = "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --time=60\n#SBATCH --comment=slurmkit:%s\npython train.py\n"
+
+
+def test_a_cycle_asks_each_cluster_once_for_every_sweep_whatever_their_number(tmp_path, monkeypatch):
+    """3 sweeps on 2 clusters: one ``squeue --array`` (plus one sacct where tasks were forgotten and there is
+    accounting) per cluster for all of them, not one per sweep; plain tracked jobs keep their own batched poll.
+    The decisions are those of one sweep alone: a node failure restarts only that task."""
+    world = World(tmp_path, monkeypatch)
+    try:
+        world.beta = FakeArraySlurm("beta", nodes=["bn1", "bn2"], clock=world.clock, first_job_id=5000)
+        world.alpha.accounting_enabled = True
+        world.alpha.config_values["AccountingStorageType"] = "accounting_storage/slurmdbd"
+        world.session = fake_session(alpha=world.alpha, beta=world.beta)
+        spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, time="00:05:00")
+        sweeps = []
+        for name, cluster in (("one", "alpha"), ("two", "alpha"), ("three", "beta")):
+            request = core.SweepRequest(spec=spec, grid=("seed=0..2",), name=name, cluster=cluster,
+                                        sweep_dir=str(tmp_path / name), auto_requeue={})
+            sweeps.append(core.submit(world.session, request, world.sweeps))
+        plain = []
+        for n, backend in enumerate((world.alpha, world.alpha, world.beta)):
+            tid = world.daemon.journal.track(name="p%d" % n, site="fake", cluster=backend.cluster_name,
+                                             partition="gpu", spec={"command": ["x"]},
+                                             checkpoint_dir=str(tmp_path / ("ckpt%d" % n)))
+            aid = world.daemon.journal.begin_attempt(tid, 1, "plain%d" % n, backend.cluster_name)
+            job = backend.submit(PLAIN % ("plain%d" % n))
+            world.daemon.journal.submitted(aid, job)
+            backend.set_state(job, "RUNNING", nodes=sorted(backend.nodes_table)[-1])
+            plain.append(tid)
+        (one, two) = sorted(world.alpha.arrays.values(), key=lambda a: int(a.job_id))
+        (three,) = world.beta.arrays.values()
+        for array in (one, two):
+            for index in sorted(array.tasks):
+                world.alpha.set_state(array.tasks[index].job_id, "RUNNING", nodes="an%d" % (index + 1))
+        world.alpha.forget_array(two.job_id)     # squeue forgot them: only accounting knows (still running)
+        world.daemon.cycle()                     # the first poll also reads each cluster's config, once
+        counts = {}
+        for backend in (world.alpha, world.beta):
+            counts[backend.cluster_name] = len(backend.commands)
+        world.alpha.finish_task(one.job_id, 1, "NODE_FAIL")
+        world.alpha.set_node("an2", "DOWN", reason="dead")
+        report = world.daemon.cycle()
+
+        def sweep_queries(backend):
+            made = backend.commands[counts[backend.cluster_name]:]
+            return [c for c in made if c[0] == "squeue" and "--array" in c or
+                    c[0] == "sacct" and any(a.startswith("--format=JobID,JobIDRaw") for a in c)]
+
+        alpha_sweeps, beta_sweeps = sweep_queries(world.alpha), sweep_queries(world.beta)
+        assert [c[0] for c in alpha_sweeps] == ["squeue", "sacct"]        # 2 sweeps: one of each, not two
+        assert {a for c in alpha_sweeps for a in c if a.startswith("--jobs=")} == {
+            "--jobs=%s,%s" % (one.job_id, two.job_id), "--jobs=%s" % two.job_id}
+        assert [c[0] for c in beta_sweeps] == ["squeue"]                   # no accounting there
+        # Plain tracked jobs: their own one query per cluster (squeue --json; nothing forgotten), and the
+        # restart's own commands (the token lookup and the sbatch) only on alpha.
+        polls = {b.cluster_name: [c for c in b.commands[counts[b.cluster_name]:]
+                                  if c[0] == "squeue" and "--json" in c] for b in (world.alpha, world.beta)}
+        assert {k: len(v) for k, v in polls.items()} == {"alpha": 2, "beta": 1}   # the 2nd: the restart's lookup
+        # The decisions: only task 1 of the first sweep failed; it alone is restarted, on its own index.
+        assert report.finished and {state for _, state in report.finished} == {"NODE_FAIL"}
+        assert len(report.restarted) == 1 and not world.plain
+        restart = [a for a in world.alpha.arrays.values() if a.job_id not in (one.job_id, two.job_id)]
+        assert [a.indices for a in restart] == [[1]] and not [a for a in world.beta.arrays.values()
+                                                              if a is not three]
+        assert {world.daemon.journal.job(t).state for t in plain} == {"active"}
+        assert {world.daemon.journal.job(t).current.state for t in plain} == {"RUNNING"}
+        for result in sweeps:
+            status = core.status(world.session, result.sweep_id, world.sweeps)
+            assert not status.unreachable
+    finally:
+        world.close()
