@@ -11,8 +11,11 @@ tokens) with two differences for the tracked jobs that are a sweep's points
   sweep); each sweep's refresh then reads its own tasks from that answer
   (and the tasks' own ``exit.status`` records for tasks Slurm forgot), under
   the sweep's lock; a sweep a user's command is working on is polled next
-  cycle.  Plain tracked jobs keep the daemon's own batched query
-  (``jobs_by_id``), so a cluster with both costs that query too;
+  cycle.  Each task's start and end come from that answer (squeue's
+  StartTime/EndTime), so the policy's crash-loop rule (failing soon after
+  starting) applies to tasks as to plain jobs.  Plain tracked jobs keep
+  the daemon's own batched query (``jobs_by_id``), so a cluster with both
+  costs that query too;
 - **submit**: a restart is a one-task sparse array of the point's table
   (:func:`slurmkit.sweep.core.restart_point`): the point keeps its index,
   output and checkpoint directory, resumes from the checkpoint the policy
@@ -95,13 +98,21 @@ class SweepDaemon(Daemon):
                         report.changed = True
                         continue
                     report.polled[array.cluster] = report.polled.get(array.cluster, 0) + 1
+                    # When the task started and ended, from the shared answer (squeue's StartTime/EndTime):
+                    # the policy's crash-loop rule counts tasks that fail soon after starting.
+                    shared = answered.get(site, {}).get(array.cluster)
+                    task = shared.found.get((array.job_id, p.idx)) if isinstance(shared, core.TaskAnswer) else None
+                    started = task.start_time if task is not None else None
                     if p.state in FINISHED_STATES:
+                        ended = task.end_time if task is not None and task.state == p.state else None
                         self.journal.finished(attempt.id, state=p.state, exit_code=p.exit_code, signal=p.signal,
-                                              nodes=p.nodes, reason=p.reason, ended_at=now)
+                                              nodes=p.nodes, reason=p.reason, started_at=started,
+                                              ended_at=ended or now)
                         report.finished.append((t.id, p.state))
                         report.changed = True
-                    elif core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes):
-                        self.journal.observed(attempt.id, state=p.state, nodes=p.nodes)
+                    elif core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
+                                                    or (started is not None and attempt.started_at is None)):
+                        self.journal.observed(attempt.id, state=p.state, nodes=p.nodes, started_at=started)
                         report.changed = True
         finally:
             journal.close()

@@ -21,8 +21,11 @@ from slurmkit.slurm import parsers
 
 _DELIMITER = "\x1f"     # ASCII unit separator: never in a state, reason, node list or slurmkit's comment
 # squeue --Format fields, each followed by the delimiter (``name:SUFFIX``: no padding, no truncation).
+# StartTime/EndTime: when a task started and ended (the requeue policy's crash-loop rule needs how long it ran);
+# Comment stays last.  Lines without the two times (recorded before they were asked) parse too.
 SQUEUE_FIELDS = ("ArrayJobID", "ArrayTaskID", "JobID", "State", "Reason", "exit_code", "NodeList", "RestartCnt",
-                 "Comment")
+                 "StartTime", "EndTime", "Comment")
+_OLD_FIELDS = 9     # the same without StartTime and EndTime
 SACCT_FIELDS = ("JobID", "JobIDRaw", "State", "ExitCode", "NodeList")
 
 
@@ -39,6 +42,8 @@ class TaskInfo(NamedTuple):
     nodes: str = ""
     restarts: int = 0
     comment: str = ""
+    start_time: Optional[float] = None  # epoch; only once it started (a pending task's StartTime is an estimate)
+    end_time: Optional[float] = None    # epoch; only once it ended (a running task's EndTime is its time limit)
 
     @property
     def key(self):
@@ -59,21 +64,42 @@ def squeue_tasks(array_ids: Iterable[str] = (), user: Optional[str] = None) -> L
 
 
 def parse_squeue_tasks(text: str) -> List[TaskInfo]:
+    from slurmkit.slurm.types import FINISHED_STATES
+
     tasks = []
     for line in text.splitlines():
-        fields = line.split(_DELIMITER)
-        if len(fields) < len(SQUEUE_FIELDS):
+        fields = _fields(line)
+        if fields is None:
             continue
-        array_id, index, job_id, state, reason, status, nodes, restarts, comment = fields[:len(SQUEUE_FIELDS)]
+        array_id, index, job_id, state, reason, status, nodes, restarts, start, end, comment = fields
         if not index.strip().isdigit():
             continue       # not an array task (squeue prints N/A)
         nodes = "" if nodes.strip() in ("", "(null)") else nodes.strip()
-        code, signal = parsers.ended_exit(state.strip(), bool(nodes), _exit_value(status))
-        tasks.append(TaskInfo(array_id.strip(), int(index), job_id.strip(), state.strip(),
+        state = state.strip()
+        code, signal = parsers.ended_exit(state, bool(nodes), _exit_value(status))
+        started = _epoch(start) if state != "PENDING" else None
+        ended = _epoch(end) if state in FINISHED_STATES else None
+        tasks.append(TaskInfo(array_id.strip(), int(index), job_id.strip(), state,
                               "" if reason.strip() in ("None", "(null)") else reason.strip(), code, signal, nodes,
                               int(restarts) if restarts.strip().isdigit() else 0,
-                              "" if comment == "(null)" else comment))
+                              "" if comment == "(null)" else comment, started, ended))
     return tasks
+
+
+def _fields(line: str) -> Optional[List[str]]:
+    """A line's fields in SQUEUE_FIELDS' order (the times empty in a line without them); None: no task line."""
+    fields = line.split(_DELIMITER)
+    if len(fields) >= len(SQUEUE_FIELDS):
+        return fields[:len(SQUEUE_FIELDS)]
+    if len(fields) >= _OLD_FIELDS:
+        return fields[:_OLD_FIELDS - 1] + ["", ""] + [fields[_OLD_FIELDS - 1]]
+    return None
+
+
+def _epoch(text: str) -> Optional[float]:
+    """squeue's local ``2026-11-30T18:26:54`` as epoch seconds; None for N/A, Unknown, an empty field."""
+    when = parsers._slurm_datetime(text.strip())
+    return when.timestamp() if when is not None else None
 
 
 def parse_squeue_unstarted(text: str) -> Dict[str, TaskInfo]:
@@ -93,13 +119,13 @@ def parse_squeue_unstarted(text: str) -> Dict[str, TaskInfo]:
 
     out = {}
     for line in text.splitlines():
-        fields = line.split(_DELIMITER)
-        if len(fields) < len(SQUEUE_FIELDS):
+        fields = _fields(line)
+        if fields is None:
             continue
         array_id, index, job_id, state, reason = (f.strip() for f in fields[:5])
         if index.isdigit() or job_id != array_id or state not in FINISHED_STATES:
             continue
-        comment = fields[len(SQUEUE_FIELDS) - 1]
+        comment = fields[-1]
         out[array_id] = TaskInfo(array_id, -1, job_id, state, "" if reason in ("None", "(null)") else reason,
                                  comment="" if comment == "(null)" else comment)
     return out

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmkit.slurm.types import FINISHED_STATES
 from slurmkit.sweep import slurmio
 from slurmkit.sweep.arrays import parse_indices
-from slurmkit.testing import FakeJob, FakeSlurm, _option
+from slurmkit.testing import FakeJob, FakeSlurm, _iso, _option
 
 _INVALID_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
 
@@ -151,13 +151,16 @@ class FakeArraySlurm(FakeSlurm):
         for array_id in dict.fromkeys(t.array_job_id for t in in_record):
             values = {"ArrayJobID": array_id, "ArrayTaskID": "N/A", "JobID": array_id, "State": "CANCELLED",
                       "Reason": "None", "exit_code": "0", "NodeList": "", "RestartCnt": "0",
+                      "StartTime": "N/A", "EndTime": "N/A",
                       "Comment": next(t.comment for t in in_record if t.array_job_id == array_id)}
             lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
         tasks = [t for t in tasks if t not in in_record]
         for t in tasks:
             values = {"ArrayJobID": t.array_job_id, "ArrayTaskID": str(t.index), "JobID": t.job_id,
                       "State": t.state, "Reason": t.reason, "exit_code": str(t.exit_status), "NodeList": t.nodes,
-                      "RestartCnt": str(t.restarts), "Comment": t.comment}
+                      "RestartCnt": str(t.restarts), "Comment": t.comment,
+                      "StartTime": _iso(t.start_time) if t.start_time else "N/A",
+                      "EndTime": _iso(t.end_time) if t.end_time else "N/A"}
             lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
         return 0, "".join(line + "\n" for line in lines), ""
 

@@ -280,3 +280,49 @@ def test_a_cycle_asks_each_cluster_once_for_every_sweep_whatever_their_number(tm
             assert not status.unreachable
     finally:
         world.close()
+
+
+def test_a_task_that_keeps_failing_soon_after_it_starts_is_stopped_as_a_crash_loop(world):
+    """squeue's StartTime/EndTime give each task's attempt how long it ran: three transient exits in a row
+    within seconds of starting end the tracking as a crash loop (without them the transient budget of 3
+    restarts would be spent first, and a fourth attempt run)."""
+    world.submit(transient_exit_codes=[3])
+    (array,) = world.alpha.arrays.values()
+    point = rows(array.script)[1]
+    world.alpha.run(array.job_id, {1: 3})
+    for _ in range(10):
+        world.daemon.cycle()
+        if world.tracked()[point].state != "active":
+            break
+        for restart in world.alpha.arrays.values():
+            world.alpha.run(restart.job_id, {1: 3})       # the restarted task fails at once again
+        world.clock.advance(120)                          # past the backoff of the next restart
+    tracked = world.tracked()[point]
+    assert tracked.state == "stopped" and tracked.reason.startswith("crash loop"), tracked.reason
+    assert len(tracked.attempts) == 3 and len(world.alpha.arrays) == 3
+    for attempt in tracked.attempts:
+        assert attempt.started_at is not None and 0 <= attempt.ended_at - attempt.started_at < 120
+    assert {t.state for p, t in world.tracked().items() if p != point} == {"completed"}
+
+
+def test_task_times_are_read_only_once_they_mean_it_and_lines_without_them_still_parse():
+    from datetime import datetime
+
+    from slurmkit.sweep import slurmio
+
+    d = "\x1f"
+    lines = ["7" + d + "0" + d + "8" + d + "PENDING" + d + "Priority" + d + "0" + d + "" + d + "0" + d +
+             "2026-11-30T19:00:00" + d + "2026-11-30T19:05:00" + d + "slurmkit:t" + d,      # estimates
+             "7" + d + "1" + d + "9" + d + "RUNNING" + d + "None" + d + "0" + d + "an1" + d + "0" + d +
+             "2026-11-30T18:00:00" + d + "2026-11-30T18:05:00" + d + "slurmkit:t" + d,      # end: its limit
+             "7" + d + "2" + d + "10" + d + "FAILED" + d + "NonZeroExitCode" + d + "768" + d + "an2" + d + "0" +
+             d + "2026-11-30T18:00:00" + d + "2026-11-30T18:00:07" + d + "slurmkit:t" + d,
+             "7" + d + "3" + d + "11" + d + "COMPLETED" + d + "None" + d + "0" + d + "an3" + d + "0" + d +
+             "slurmkit:t" + d]                                                              # the old 9 fields
+    tasks = {t.index: t for t in slurmio.parse_squeue_tasks("\n".join(lines) + "\n")}
+    at = datetime(2026, 11, 30, 18, 0, 0).timestamp()
+    assert (tasks[0].start_time, tasks[0].end_time) == (None, None)
+    assert (tasks[1].start_time, tasks[1].end_time) == (at, None)
+    assert (tasks[2].start_time, tasks[2].end_time, tasks[2].exit_code) == (at, at + 7, 3)
+    assert (tasks[3].state, tasks[3].comment, tasks[3].start_time) == ("COMPLETED", "slurmkit:t", None)
+    assert all(t.comment == "slurmkit:t" for t in tasks.values())
