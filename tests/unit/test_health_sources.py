@@ -28,13 +28,19 @@ def test_memory_swap_load_from_psutil():
     assert result.status == "fail"          # this machine has half of twice its memory
 
 
+# Node names no other run sees: the process table is the machine's, and another
+# run of this file at the same time (test-releases runs the releases' suites at
+# once, every root sharing /proc) has fake slurmds of its own.
+NODE = "hc%d-n" % os.getpid()
+
+
 @pytest.fixture
 def fake_slurmds(tmp_path):
     """Two processes named slurmd serving nodes n1 and n2 (shell scripts: their comm is the script's name)."""
     script = tmp_path / "slurmd"
     script.write_text("#!/bin/sh\nsleep 60\n")
     script.chmod(0o755)
-    procs = [subprocess.Popen([str(script), "-N", name]) for name in ("hc-n1", "hc-n2")]
+    procs = [subprocess.Popen([str(script), "-N", NODE + n]) for n in ("1", "2")]
     time.sleep(0.2)
     yield procs
     for p in procs:
@@ -43,10 +49,10 @@ def fake_slurmds(tmp_path):
 
 
 def test_daemons_and_one_slurmd_per_node(fake_slurmds):
-    procs = host.scan_processes("hc-n1", ["slurmd", "sleep", "no-such-daemon"])
-    assert procs["running"]["slurmd"] == 1          # its own; hc-n2's (and any real -N node's) do not count
+    procs = host.scan_processes(NODE + "1", ["slurmd", "sleep", "no-such-daemon"])
+    assert procs["running"]["slurmd"] == 1          # its own; n2's (and any real -N node's) do not count
     assert procs["running"]["sleep"] >= 2 and procs["running"]["no-such-daemon"] == 0
-    assert host.scan_processes("hc-n3", ["slurmd"])["running"]["slurmd"] == 0
+    assert host.scan_processes(NODE + "3", ["slurmd"])["running"]["slurmd"] == 0
 
 
 DSTATE = textwrap.dedent("""\
