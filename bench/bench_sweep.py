@@ -42,6 +42,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+# sdiag's counts and the cluster's environment: one reading of them for every benchmark.
+from bench_requeue import rpc_counts, rpc_delta  # noqa: E402
+import bench_requeue  # noqa: E402
+
 SITE = str(ROOT / "site_configs" / "local.yaml")
 STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (ROOT / ".devcluster"))
 OUT = ROOT / ".bench"
@@ -52,26 +57,9 @@ RUN = os.environ.get("BENCH_SWEEP_RUN", "1") != "0"
 PARTITION = {"alpha": "cpu", "beta": "gpu", "gamma": "npu"}[CLUSTER]
 NAME = "skt-bench-sweep"
 
-_RPC_RE = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)", re.M)
-
 
 def cluster_env():
-    info = json.loads((STATE / "clusters.json").read_text())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-    env["SLURM_CONF"] = info["clusters"][CLUSTER]["slurm_conf"]
-    return env
-
-
-def rpc_counts(env):
-    out = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, check=True).stdout
-    section = out.split("Remote Procedure Call statistics by message type", 1)[1].split(
-        "Remote Procedure Call statistics by user", 1)[0]
-    return {name: int(count) for name, count in _RPC_RE.findall(section)}
-
-
-def rpc_delta(before, after):
-    return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)
-            if after.get(k, 0) != before.get(k, 0)}
+    return bench_requeue.cluster_env(CLUSTER)
 
 
 def submissions(delta):
