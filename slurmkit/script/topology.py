@@ -186,13 +186,19 @@ def parse_max_switch_wait(value: Optional[str]) -> int:
         return SLURM_DEFAULT_MAX_SWITCH_WAIT
 
 
+def _switch_tree(layout: ClusterLayout):
+    """(the top switches, switch name -> its child switches) of a layout's tree, for both drawings."""
+    switches = {s.name: s for s in layout.topology.switches}
+    children = {name: [switches[c] for c in hostlist.expand(s.switches) if c in switches]
+                for name, s in switches.items()}
+    child_names = {c.name for kids in children.values() for c in kids}
+    return [s for s in layout.topology.switches if s.name not in child_names], children
+
+
 def draw(layout: ClusterLayout, nodes: Sequence[NodeInfo], gres_name: str = "gpu") -> str:
     """The switch tree as text: each node with its state and free/total accelerators."""
     by_name = {n.name: n for n in nodes}
-    switches = {s.name: s for s in layout.topology.switches}
-    children = {s.name: hostlist.expand(s.switches) for s in layout.topology.switches}
-    child_names = {c for cs in children.values() for c in cs}
-    roots = [s for s in layout.topology.switches if s.name not in child_names]
+    roots, children = _switch_tree(layout)
     lines: List[str] = []
 
     def node_line(name, prefix, last):
@@ -211,7 +217,7 @@ def draw(layout: ClusterLayout, nodes: Sequence[NodeInfo], gres_name: str = "gpu
         label = "%s (level %d, %d %s free)" % (switch.name, switch.level, free, gres_name)
         lines.append(label if top else "%s%s %s" % (prefix, "└──" if last else "├──", label))
         inner = prefix if top else prefix + ("    " if last else "│   ")
-        kids = [switches[c] for c in children[switch.name] if c in switches]
+        kids = children[switch.name]
         if kids:
             for i, kid in enumerate(kids):
                 walk(kid, inner, i == len(kids) - 1, False)
@@ -250,19 +256,16 @@ def draw_summary(layout: ClusterLayout, nodes: Sequence[NodeInfo], gres_name: st
     """The switch tree, one line per switch: its nodes (leaves: as a hostlist),
     their states and free/total accelerators on the usable ones."""
     by_name = {n.name: n for n in nodes}
-    switches = {s.name: s for s in layout.topology.switches}
-    children = {s.name: hostlist.expand(s.switches) for s in layout.topology.switches}
-    child_names = {c for cs in children.values() for c in cs}
-    roots = [s for s in layout.topology.switches if s.name not in child_names]
+    roots, children = _switch_tree(layout)
     lines: List[str] = []
-    width = max([len(s) for s in switches] + [4])
+    width = max([len(s.name) for s in layout.topology.switches] + [4])
 
     def walk(switch, prefix, last, top):
         names = [n for n in hostlist.expand(switch.nodes) if n in by_name]
         usable = [by_name[n] for n in names if by_name[n].usable]
         free = sum(n.free(gres_name) for n in usable)
         total = sum(by_name[n].total(gres_name) for n in names)
-        kids = [switches[c] for c in children[switch.name] if c in switches]
+        kids = children[switch.name]
         where = "" if kids else "  %s" % switch.nodes
         # Columns line up whatever the depth: a level deeper is 4 characters of tree further right.
         label = "%-*s %4d nodes  %5d/%-5d %s free  (%s)%s" % (
