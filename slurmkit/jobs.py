@@ -167,7 +167,7 @@ class token_lock:
         return os.path.join(directory, "submit-%s-%s.lock" % (self.cluster, self.token))
 
     def __enter__(self):
-        import fcntl
+        from .filelock import flock_until
 
         self.path = self._path()
         deadline = time.monotonic() + self.wait
@@ -176,17 +176,11 @@ class token_lock:
             try:
                 if os.fstat(fd).st_uid != os.getuid():
                     raise SlurmkitError("lock file %s belongs to another user; remove it" % self.path)
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() >= deadline:
-                            raise SlurmkitError(
-                                "another submission with token %s to cluster %s is still running after %.0fs; "
-                                "nothing was submitted: run the command again to get its job"
-                                % (self.token, self.cluster, self.wait)) from None
-                        time.sleep(0.02)
+                if not flock_until(fd, deadline, poll=0.02):
+                    raise SlurmkitError(
+                        "another submission with token %s to cluster %s is still running after %.0fs; "
+                        "nothing was submitted: run the command again to get its job"
+                        % (self.token, self.cluster, self.wait))
                 try:
                     current = os.stat(self.path, follow_symlinks=False)
                 except FileNotFoundError:

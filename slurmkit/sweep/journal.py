@@ -202,21 +202,14 @@ class Journal:
     def locked(self, sweep_id: str, wait: float = 60.0):
         """One submission, rerun or cancel of a sweep at a time (flock, per sweep, this machine):
         two at once could both decide that a point still needs to run."""
-        import fcntl
+        from ..filelock import flock_until
 
         path = "%s.%s.lock" % (self.path, sweep_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise SweepBusy("another slurmkit command is still working on sweep %s after %.0fs; "
-                                        "try again when it is done" % (sweep_id, wait)) from None
-                    time.sleep(0.05)
+            if not flock_until(fd, time.monotonic() + wait, poll=0.05):
+                raise SweepBusy("another slurmkit command is still working on sweep %s after %.0fs; "
+                                "try again when it is done" % (sweep_id, wait))
             yield
         finally:
             os.close(fd)
