@@ -82,6 +82,29 @@ class ClusterInfo:
         return "%s@%s" % (self.login_user, self.login_host)
 
 
+@contextlib.contextmanager
+def node_lock(devcluster):
+    """The lock every test that changes node states takes (drain, down, resume): several sessions
+    may run this suite against the same clusters at once, and two drains of one node would mix."""
+    import fcntl
+
+    with open(str(Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def torch_missing(python):
+    """None where ``python`` imports torch.distributed, else why not (for a skip reason)."""
+    try:
+        proc = subprocess.run([python, "-c", "import torch.distributed"], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+
+
 def _cluster_env(slurm_conf):
     env = dict(os.environ)
     env["SLURM_CONF"] = slurm_conf

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import node_lock as nodes_locked
 from conftest import sbatch, slurm, wait_job_state
 from slurmkit import jobs
 from slurmkit.errors import ConnectTimeoutError, SlurmCommandError, WaitTimeoutError
@@ -126,17 +127,9 @@ def _usable_node(be, candidates):
 
 @pytest.fixture
 def node_lock(devcluster):
-    """Serialise the tests that change node states, across processes: several sessions may run
-    this suite against the same clusters at once, and two drains of one node would mix."""
-    import fcntl
-
-    path = Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"
-    with open(str(path), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """Serialise the tests that change node states, across processes (conftest.node_lock)."""
+    with nodes_locked(devcluster):
+        yield
 
 
 @pytest.mark.parametrize("cluster", ["beta", "gamma"])

@@ -39,7 +39,6 @@ About two minutes on two cores.
 """
 
 import contextlib
-import fcntl
 import itertools
 import json
 import os
@@ -54,7 +53,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TERMINAL_STATES, job_info, slurm, wait_job_state
+from conftest import TERMINAL_STATES, job_info, node_lock, slurm, torch_missing, wait_job_state
 from slurmkit import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,15 +67,7 @@ FINAL_RE = re.compile(r"^final rank=(\d+) step=(\d+) loss=(\S+)$", re.M)
 RESUME_RE = re.compile(r"^resume from=(\S+) step=(\d+)$", re.M)
 
 
-def _torch_missing():
-    try:
-        proc = subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-
-
-_MISSING = _torch_missing()
+_MISSING = torch_missing(PYTHON)
 requires_torch = pytest.mark.skipif(bool(_MISSING), reason="PyTorch is not installed in %s (make venv-train): %s"
                                     % (PYTHON, _MISSING))
 
@@ -137,19 +128,6 @@ def check_final(text, steps, world):
     assert sorted(final) == list(range(world)), text[-3000:]
     assert {s for s, _ in final.values()} == {steps}, final
     assert len({loss for _, loss in final.values()}) == 1, "final losses differ across ranks: %s" % final
-
-
-@contextlib.contextmanager
-def node_lock(devcluster):
-    """The lock every test that changes node states takes (tests/integration/test_backend.py):
-    several sessions may run the suite against the same clusters at once."""
-    path = Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"
-    with open(str(path), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 _USERS = itertools.count()

@@ -5,8 +5,6 @@ point's own output file, and what Slurm itself says (squeue), not only slurmkit'
 tiny (a Python one-liner), so a 200-point sweep over alpha and beta takes well under a minute.
 """
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -17,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import slurm
+from conftest import node_lock, slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -298,17 +296,6 @@ CHECKPOINTING = ("import json, os, sys, time\n"
                  "    with checkpoint.checkpoint_dir(root, step) as tmp:\n"
                  "        json.dump({'step': step, 'seed': seed}, open(os.path.join(tmp, 'state.json'), 'w'))\n"
                  "print('final seed=%s step=%d node=%s' % (seed, step, os.environ['SLURMD_NODENAME']), flush=True)\n")
-
-
-@contextlib.contextmanager
-def node_lock(devcluster):
-    """The lock every test that changes node states takes (as tests/integration/test_requeue.py does)."""
-    with open(str(Path(devcluster.state_dir) / "slurmkit-test-nodes.lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def node_fields(cluster, node):

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TERMINAL_STATES, job_info, slurm
+from conftest import TERMINAL_STATES, job_info, slurm, torch_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site_configs" / "local.yaml"
@@ -43,15 +43,7 @@ RANK_RE = re.compile(r"^rank=(\d+) world=(\d+) local_rank=(\d+) node=(\S+) host=
 FINAL_RE = re.compile(r"^final rank=(\d+) step=(\d+) loss=(\S+)$", re.M)
 
 
-def _torch_missing():
-    try:
-        proc = subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-
-
-_MISSING = _torch_missing()
+_MISSING = torch_missing(PYTHON)
 pytestmark = pytest.mark.skipif(bool(_MISSING), reason="PyTorch is not installed in %s (make venv-train): %s"
                                 % (PYTHON, _MISSING))
 
