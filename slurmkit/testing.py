@@ -491,6 +491,8 @@ class FakeSlurm(CommandBackend):
             return self._test_only(stdin or "")
         if program == "squeue" and "--json" in rest:
             return self._squeue_json()
+        if program == "squeue" and _option(rest, "--Format="):
+            return self._squeue_format(_option(rest, "--jobs="), _option(rest, "--user="))
         if program == "sacct" and _option(rest, "--jobs="):
             return self._sacct(_option(rest, "--jobs=").split(","), steps="--allocations" not in rest)
         if program == "sacct":
@@ -562,6 +564,28 @@ class FakeSlurm(CommandBackend):
             jobs.append(self._job_record(job))
         # 22.05 ignores --jobs and --user with --json: the whole queue, as there
         return 0, json.dumps({"meta": _SQUEUE_META, "errors": [], "jobs": jobs}, indent=2), ""
+
+    def _squeue_format(self, job_ids: str, user: str):
+        """commands.squeue_format: --Format rows of the jobs asked for, from the same records as the JSON."""
+        wanted = set(job_ids.split(",")) if job_ids else None
+        lines = []
+        for job in self.table.values():
+            if job.forgotten or (wanted is not None and job.job_id not in wanted) or (user and job.user != user):
+                continue
+            if job.steps:
+                self.set_state(job.job_id, job.steps.pop(0))
+            r = self._job_record(job)
+            # as squeue prints it: a relative --output stays relative (WorkDir comes beside it)
+            stdout = r["standard_output"] or "slurm-%j.out"
+            values = [r["job_id"], r["name"], r["job_state"], r["partition"], r["node_count"], r["nodes"],
+                      _iso(r["start_time"]) if r["start_time"] else "N/A",
+                      _iso(r["end_time"]) if r["end_time"] else "N/A", _hms(r["time_limit"]), r["user_name"],
+                      r["state_reason"], r["exit_code"], stdout, r["current_working_directory"],
+                      r["cluster"], r["comment"] or "(null)"]
+            lines.append(commands.SQUEUE_DELIMITER.join(str(v) for v in values) + "\n")
+        if wanted and not lines:
+            return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+        return 0, "".join(lines), ""
 
     def _job_record(self, job: FakeJob) -> dict:
         record = dict(SQUEUE_JOB_2205)
@@ -785,3 +809,6 @@ class _NoCache:
 
     def get(self, key, load):
         return load()
+
+    def put(self, key, layout):
+        pass

@@ -163,6 +163,8 @@ class CommandBackend(SlurmBackend):
         # once-per-token wrapper so that retrying is always safe.
         self.submit_once = submit_once
         self._json = None  # unknown until the first squeue call tells us
+        # squeue --Format for jobs by id or user (commands.squeue_format); False once this Slurm refused it
+        self._format = None
         self._accounting: Optional[bool] = None  # read from config() once, when first needed
 
     def describe(self):
@@ -199,6 +201,10 @@ class CommandBackend(SlurmBackend):
         job_ids = list(job_ids) if job_ids is not None else None
         if job_ids == []:
             return []
+        if (job_ids or user) and self._format is not False:
+            found = self._formatted(job_ids, user)
+            if found is not None:
+                return found
         if self._json is not False:
             result = self._run(commands.squeue_json(job_ids, user))
             if result.ok:
@@ -212,6 +218,18 @@ class CommandBackend(SlurmBackend):
         if not result.ok:
             return self._jobs_not_found(result, job_ids)
         return self._filter(parsers.parse_squeue_parsable(result.stdout), job_ids, user)
+
+    def _formatted(self, job_ids, user):
+        """The jobs as squeue filters them (one job alone: one cheap RPC): None if this Slurm cannot
+        print the fields (then squeue --json, or the format letters, from now on)."""
+        result = self._run(commands.squeue_format(job_ids, user))
+        if result.ok:
+            self._format = True
+            return self._filter(parsers.parse_squeue_format(result.stdout), job_ids, user)
+        if "Invalid job format" in result.stderr and not self._format:
+            self._format = False
+            return None
+        return self._jobs_not_found(result, job_ids)
 
     def _jobs_not_found(self, result, job_ids):
         # squeue exits 1 with "Invalid job id specified" when *every* id is unknown.

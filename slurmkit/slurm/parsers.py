@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from slurmkit.errors import SlurmCommandError
+from slurmkit.errors import SlurmCommandError, SlurmkitError
 from slurmkit.slurm import commands
 
 # The result types are imported inside the parsers that build them: a plain
@@ -210,12 +210,10 @@ def expand_output_pattern(pattern: str, job_id: str, name: str, user: str) -> st
     return _PATTERN_RE.sub(sub, pattern)
 
 
-def _stdout_path(job: dict) -> str:
-    """The job's output file: pattern expanded, relative to its working directory, sbatch's default if unset."""
-    job_id = str(job["job_id"])
-    pattern = job.get("standard_output") or "slurm-%j.out"
-    path = expand_output_pattern(pattern, job_id, job.get("name", ""), job.get("user_name", ""))
-    cwd = job.get("current_working_directory") or ""
+def _output_file(job_id: str, pattern: str, name: str, user: str, cwd: str) -> str:
+    """The job's output file: ``pattern`` expanded, relative to its working directory ``cwd``, sbatch's
+    default if unset.  One rule for squeue's JSON and its --Format fields (STDOUT, WorkDir)."""
+    path = expand_output_pattern(pattern or "slurm-%j.out", job_id, name, user)
     if cwd and not path.startswith("/"):
         path = cwd.rstrip("/") + "/" + path
     return path
@@ -248,7 +246,8 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
             time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
             reason=_job_reason(job), comment=job.get("comment", "") or "",
             exit_code=exit_code, signal=signal, cluster=job.get("cluster", "") or "",
-            stdout=_stdout_path(job),
+            stdout=_output_file(str(job["job_id"]), job.get("standard_output") or "", job.get("name", ""),
+                                job.get("user_name", ""), job.get("current_working_directory") or ""),
             # A live job's end_time is when its time limit would end it: not an end.
             end_time=_epoch(job.get("end_time")) if state in FINISHED_STATES else None))
     return jobs
@@ -276,6 +275,43 @@ def parse_squeue_parsable(text: str) -> "List[JobInfo]":
                             node_count=int(count) if count.strip().isdigit() else 0, nodelist=nodelist,
                             start_time=_slurm_datetime(start), time_limit=limit, user=user,
                             reason=reason, comment="" if comment == "(null)" else comment))
+    return jobs
+
+
+def parse_squeue_format(text: str) -> "List[JobInfo]":
+    """``squeue --Format`` rows of :func:`commands.squeue_format`, read as :func:`parse_squeue_json` reads
+    the same job: the raw exit status, the end only of an ended job, the output path expanded, the time
+    limit in the JSON's spelling."""
+    from slurmkit.slurm import times
+    from slurmkit.slurm.types import FINISHED_STATES, JobInfo
+
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split(commands.SQUEUE_DELIMITER, len(commands.SQUEUE_FORMAT_FIELDS) - 1)
+        if len(fields) != len(commands.SQUEUE_FORMAT_FIELDS):
+            continue
+        (job_id, name, state, partition, count, nodelist, start, end, limit, user, reason, exit_raw, stdout,
+         workdir, cluster, comment) = fields
+        state = state.strip() or "UNKNOWN"
+        # 22.05 prints the raw wait status (768), 24.11 and later "E:S" (3:0): decode_exit reads both.
+        exit_raw = exit_raw.strip()
+        exit_code, signal = ended_exit(state, bool(nodelist), int(exit_raw) if exit_raw.isdigit() else exit_raw)
+        try:
+            minutes = times.parse_minutes(limit)
+        except SlurmkitError:       # INVALID, NOT_SET: no limit to tell
+            minutes = None
+        jobs.append(JobInfo(
+            job_id=job_id.strip(), name=name, state=state, partition=partition,
+            node_count=int(count) if count.strip().isdigit() else 0, nodelist=nodelist,
+            start_time=_slurm_datetime(start), time_limit=_time_limit(minutes), user=user,
+            reason=reason,
+            comment="" if comment == "(null)" else comment, exit_code=exit_code, signal=signal,
+            cluster="" if cluster in ("N/A", "(null)") else cluster,
+            # A #SBATCH --output relative to the job's working directory stays relative in squeue's
+            # STDOUT (sbatch resolves only its command line's): joined as the JSON's reader joins it.
+            stdout=_output_file(job_id.strip(), "" if stdout == "(null)" else stdout, name, user,
+                                "" if workdir == "(null)" else workdir),
+            end_time=_slurm_datetime(end) if state in FINISHED_STATES else None))
     return jobs
 
 

@@ -18,8 +18,7 @@ import re
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from slurmkit.slurm import parsers
-
-_DELIMITER = "\x1f"     # ASCII unit separator: never in a state, reason, node list or slurmkit's comment
+from slurmkit.slurm.commands import SQUEUE_DELIMITER as _DELIMITER   # never in a state, reason or node list
 # squeue --Format fields, each followed by the delimiter (``name:SUFFIX``: no padding, no truncation).
 # StartTime/EndTime: when a task started and ended (the requeue policy's crash-loop rule needs how long it ran);
 # Comment stays last.  Lines without the two times (recorded before they were asked) parse too.

@@ -269,6 +269,14 @@ def ctld_answers(cluster) -> bool:
     return proc.returncode == 0 and "is UP" in proc.stdout
 
 
+def rpc_count(sdiag_text, message):
+    """How many RPCs of type ``message`` (REQUEST_JOB_INFO...) sdiag's text counts since its last reset."""
+    import re
+
+    m = re.search(r"^\s*%s\s+\(\s*\d+\)\s+count:(\d+)" % message, sdiag_text, re.M)
+    return int(m.group(1)) if m else 0
+
+
 # --------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import node_lock as nodes_locked
-from conftest import sbatch, slurm, wait_job_state
+from conftest import rpc_count, sbatch, slurm, wait_job_state
 from slurmkit import jobs
 from slurmkit.errors import ConnectTimeoutError, SlurmCommandError, WaitTimeoutError
 from slurmkit.session import Session
@@ -39,6 +39,14 @@ class CountingRunner(LocalRunner):
     def run(self, argv, stdin=None, timeout=None):
         self.argvs.append(tuple(argv))
         result = super().run(argv, stdin=stdin, timeout=timeout)
+        if argv[0] == "squeue" and "--local" in argv and self.hide and result.ok:
+            # one job by id (commands.squeue_format): a forgotten one is "Invalid job id", as squeue says
+            lines = [line for line in result.stdout.splitlines()
+                     if line.split(commands.SQUEUE_DELIMITER)[0] not in self.hide]
+            if not lines:
+                return result._replace(returncode=1, stdout="",
+                                       stderr="slurm_load_jobs error: Invalid job id specified\n")
+            result = result._replace(stdout="".join(line + "\n" for line in lines))
         if argv[0] == "squeue" and "--json" in argv and self.hide:
             import json
 
@@ -113,6 +121,55 @@ def test_jobs_by_id_on_alpha_asks_sacct_for_what_squeue_no_longer_lists(devclust
         a, b = found[job_id], from_squeue[job_id]
         assert (a.state, a.exit_code, a.signal, a.nodelist, a.partition, a.name, a.user) == \
                (b.state, b.exit_code, b.signal, b.nodelist, b.partition, b.name, b.user)
+
+
+@pytest.mark.parametrize("cluster", ["alpha", "beta"])
+def test_jobs_by_id_or_user_read_as_the_whole_list_reads_them(devcluster, cluster, tmp_path):
+    """squeue --Format, filtered by squeue (one id: that job alone, REQUEST_JOB_INFO_SINGLE in slurmctld,
+    not every job of the cluster); field by field the same JobInfo as squeue --json's list, for jobs that ended every
+    way, one still pending, and names, comments and output patterns with spaces, '|' and %x/%j/%u."""
+    common = ["-t", "2", "-o", str(tmp_path / "%x-%j-%u.out")]
+    ids = finished_jobs(cluster)
+    ids["killed"] = sbatch(cluster, "-J", "skt killed", *common, "--comment", "slurmkit:a|b c",
+                           "--wrap", "kill -9 $$")
+    ids["cancelled_running"] = sbatch(cluster, "-J", "skt-cr", *common, "--wrap", "sleep 60")
+    ids["pending"] = sbatch(cluster, "-J", "skt-held", "--hold", *common, "--wrap", "true")
+    ids["default_out"] = sbatch(cluster, "-J", "skt-default", "-t", "2", "-D", str(tmp_path), "--wrap", "exit 0")
+    # an #SBATCH --output relative to the working directory, as slurmkit's templates write it
+    ids["relative_out"] = slurm(cluster, "sbatch", "--parsable", cwd=str(tmp_path), input=(
+        "#!/bin/sh\n#SBATCH -J skt-rel\n#SBATCH -t 2\n#SBATCH -o rel-%x-%j.out\ntrue\n")).stdout.split(";")[0].strip()
+    wait_job_state(cluster, ids["cancelled_running"], {"RUNNING"}, timeout=60)
+    slurm(cluster, "scancel", ids["cancelled_running"])
+    for role in ("killed", "cancelled_running", "default_out", "relative_out"):
+        wait_job_state(cluster, ids[role], {"FAILED", "CANCELLED", "COMPLETED"}, timeout=60)
+    try:
+        be, runner = backend(devcluster, cluster)
+        everything = {j.job_id: j for j in be.jobs()}
+        for role, job_id in ids.items():
+            runner.argvs.clear()
+            one = be.jobs([job_id])
+            assert runner.argvs == [tuple(commands.squeue_format([job_id]))], role
+            assert one == [everything[job_id]], (role, one, everything[job_id])
+        # several ids, and a user's jobs: squeue filters (still one listing in slurmctld), the same reading
+        runner.argvs.clear()
+        several = {j.job_id: j for j in be.jobs(list(ids.values()))}
+        assert runner.argvs == [tuple(commands.squeue_format(list(ids.values())))]
+        assert several == {i: everything[i] for i in ids.values()}
+        user = getpass.getuser()
+        mine = {j.job_id: j for j in be.jobs(user=user)}
+        assert all(j.user == user for j in mine.values())
+        assert {i: mine[i] for i in ids.values()} == several
+        assert everything[ids["killed"]].signal == 9 and everything[ids["killed"]].comment == "slurmkit:a|b c"
+        assert everything[ids["default_out"]].stdout == str(tmp_path / ("slurm-%s.out" % ids["default_out"]))
+        assert everything[ids["relative_out"]].stdout == str(tmp_path / ("rel-skt-rel-%s.out" % ids["relative_out"]))
+        assert be.jobs(["999999"]) == []
+        before = slurm(cluster, "sdiag").stdout
+        be.jobs([ids["ok"]])
+        after = slurm(cluster, "sdiag").stdout
+        assert rpc_count(after, "REQUEST_JOB_INFO_SINGLE") == rpc_count(before, "REQUEST_JOB_INFO_SINGLE") + 1
+        assert rpc_count(after, "REQUEST_JOB_INFO") == rpc_count(before, "REQUEST_JOB_INFO")
+    finally:
+        slurm(cluster, "scancel", ids["pending"])
 
 
 # ------------------------------------------------------------------ drain / down / resume

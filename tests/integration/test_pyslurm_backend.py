@@ -124,7 +124,8 @@ def _same_snapshot(pair, job_id):
     backend, commands = pair[0], pair[1]
     for _ in range(10):
         before = commands.jobs([job_id])
-        mine = backend.jobs([job_id])
+        # two ids: pyslurm's own list (one id is squeue's, test_one_job_is_looked_up_alone...)
+        mine = backend.jobs([job_id, "999999"])
         after = commands.jobs([job_id])
         if before == after and len(before) == 1 and len(mine) == 1:
             return mine[0], after[0]
@@ -148,6 +149,26 @@ def test_every_field_matches_the_command_backend(pair, job):
             assert times.parse_minutes(a) == times.parse_minutes(b), f.name
             continue
         assert a == b, "%s: pyslurm %r != commands %r" % (f.name, a, b)
+
+
+def test_one_job_is_looked_up_alone_and_reads_as_in_pyslurms_list(pair, job, devcluster):
+    """jobs([id]) asks for that job alone (squeue --Format --local: REQUEST_JOB_INFO_SINGLE), not for
+    every job of the cluster, and reads as the same job in pyslurm's slurm_load_jobs list."""
+    from conftest import rpc_count
+
+    backend, name, job_id = pair[0], pair[2], job[0]
+    for _ in range(10):
+        listed = {j.job_id: j for j in backend.jobs([job_id, "999999"])}   # two ids: the whole list
+        before = devcluster.slurm(name, "sdiag").stdout
+        one = backend.jobs([job_id])
+        after = devcluster.slurm(name, "sdiag").stdout
+        if one == [listed[job_id]]:
+            break
+        time.sleep(1)
+    assert one == [listed[job_id]]
+    assert rpc_count(after, "REQUEST_JOB_INFO_SINGLE") > rpc_count(before, "REQUEST_JOB_INFO_SINGLE")
+    assert rpc_count(after, "REQUEST_JOB_INFO") == rpc_count(before, "REQUEST_JOB_INFO")
+    assert backend.jobs(["999999"]) == []
 
 
 def test_inherited_command_methods_still_work(pair):

@@ -149,6 +149,34 @@ def test_a_running_job_as_scontrol_and_squeue_show_it(release):
     assert job.time_limit == "00:10:00" and job.start_time is not None
 
 
+RECORDED_ONE = [r for r in RELEASES if (DATA / "releases" / r / "squeue-one-beta.json").exists()]
+
+
+def test_one_job_by_id_is_recorded_on_every_release():
+    assert RECORDED_ONE == RELEASES
+
+
+@pytest.mark.parametrize("release", RECORDED_ONE)
+def test_one_job_by_id_reads_as_the_json_list_reads_it(release):
+    """commands.squeue_format (one cheap RPC) against squeue --json for the same jobs, recorded right after."""
+    one = extra(release, "squeue-one-beta")
+    rows = parsers.parse_squeue_format(one["stdout"])
+    assert [j.job_id for j in rows] == [one["jobs"][k] for k in ("failed", "signalled", "cancelled", "pending",
+                                                                  "relative")]
+    listed = {j.job_id: j for j in parsers.parse_squeue_json(extra(release, "squeue-json-one-beta")["stdout"])}
+    for job in rows:
+        assert job == listed[job.job_id], (release, job, listed[job.job_id])
+    by_role = _by_role(one, rows)
+    assert (by_role["failed"].state, by_role["failed"].exit_code, by_role["failed"].signal) == ("FAILED", 3, None)
+    assert (by_role["signalled"].exit_code, by_role["signalled"].signal) == (None, 9)
+    assert by_role["cancelled"].state == "CANCELLED" and by_role["cancelled"].exit_code is None
+    assert by_role["pending"].state == "PENDING" and by_role["pending"].end_time is None
+    assert by_role["failed"].name == "rec failed" and by_role["failed"].comment == "slurmkit:rec one|two"
+    assert by_role["failed"].stdout == "/tmp/rec-rec failed-%s.out" % one["jobs"]["failed"]
+    assert by_role["failed"].time_limit == "00:05:00" and by_role["failed"].end_time is not None
+    assert by_role["relative"].stdout == "/tmp/rec-rec-relative-%s.out" % one["jobs"]["relative"]
+
+
 def _by_role(recording, jobs):
     by_id = {j.job_id: j for j in jobs}
     return {role: by_id.get(job_id) for role, job_id in recording["jobs"].items()}

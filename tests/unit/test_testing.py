@@ -65,6 +65,20 @@ def test_fake_squeue_reads_like_the_recorded_one():
     assert found[fake["held"]].reason == "JobHeldUser" and real[r["jobs"]["held"]].reason == "JobHeldUser"
 
 
+def test_the_fake_answers_squeue_format_and_json_alike():
+    slurm = FakeSlurm("alpha")
+    fake = _roles(slurm)
+    listed = {j.job_id: j for j in parsers.parse_squeue_json(slurm.runner.run(commands.squeue_json()).stdout)}
+    formatted = parsers.parse_squeue_format(slurm.runner.run(commands.squeue_format(list(fake.values()))).stdout)
+    assert {j.job_id: j for j in formatted} == {i: listed[i] for i in fake.values()}
+    one = parsers.parse_squeue_format(slurm.runner.run(commands.squeue_format([fake["failed"]])).stdout)
+    assert one == [listed[fake["failed"]]]
+    mine = slurm.runner.run(commands.squeue_format(user=slurm.user)).stdout
+    assert {j.job_id for j in parsers.parse_squeue_format(mine)} == {j for j in listed if listed[j].user == slurm.user}
+    unknown = slurm.runner.run(commands.squeue_format(["424242"]))
+    assert unknown.returncode == 1 and "Invalid job id" in unknown.stderr
+
+
 def test_fake_sacct_reads_like_the_recorded_one():
     r = recorded("alpha", "sacct")
     real = {j.job_id: j for j in parsers.parse_sacct(r["stdout"])}

@@ -30,7 +30,13 @@ It writes ``tests/unit/data/releases/MAJOR.MINOR/NAME.json``, each
                           (beta has no accounting: 24.11 keeps the reason there)
   resume-beta-again       scontrol update State=RESUME of that node, already in service
 
-``record.py resumed`` records only the last two (the clusters up as above).
+  squeue-one-beta         squeue --Format for one job (commands.squeue_format), for each of
+                          a failed (exit 3), a signalled, a cancelled-while-pending, a
+                          pending job and a pending one with a relative --output, on beta;
+                          squeue-json-one-beta: squeue --json then
+
+``record.py resumed`` records only nodes-beta-resumed and resume-beta-again,
+``record.py one`` only squeue-one-beta and squeue-json-one-beta (the clusters up as above).
 
 Every job it submits is cancelled at the end, even on failure.
 """
@@ -119,10 +125,48 @@ def record_resumed(r):
              "scontrol update State=RESUME of %s, already resumed" % node)
 
 
+def record_one(r):
+    """One job by id against the whole list, for jobs that ended several ways and one pending."""
+    common = ["-t 5", "-o /tmp/rec-%x-%j.out", '--comment="slurmkit:rec one|two"']
+    ids = {"failed": r.sbatch("beta", "one-failed", script('-J "rec failed"', *common, body="exit 3")),
+           "signalled": r.sbatch("beta", "one-signalled", script("-J rec-signalled", *common, body="kill -9 $$")),
+           "cancelled": r.sbatch("beta", "one-cancelled", script("-J rec-cancelled", "-H", *common, body="true")),
+           "pending": r.sbatch("beta", "one-pending", script("-J rec-pending", "-H", *common, body="true")),
+           # an #SBATCH --output relative to the working directory, as slurmkit's templates write it
+           "relative": r.sbatch("beta", "one-relative", script("-J rec-relative", "-H", "-t 5", "-D /tmp",
+                                                                "-o rec-%x-%j.out", body="true"))}
+    r.run("beta", commands.scancel([ids["cancelled"]]))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = r.run("beta", ["squeue", "--noheader", "--states=all", "--format=%i %T",
+                             "--jobs=" + ",".join(ids.values())]).stdout
+        states = dict(line.split() for line in out.splitlines() if line.strip())
+        if all(states.get(ids[k]) in ("FAILED", "CANCELLED") for k in ("failed", "signalled", "cancelled")):
+            break
+        time.sleep(0.5)
+    outs = []
+    for role in ("failed", "signalled", "cancelled", "pending", "relative"):
+        result = r.run("beta", commands.squeue_format([ids[role]]))
+        outs.append(result.stdout)
+    data = {"recorded": "squeue --Format (commands.squeue_format) of each of 5 jobs: failed (exit 3), signalled "
+                        "(kill -9), cancelled while pending, pending, pending with a relative --output; stdout is "
+                        "their rows in that order; on the "
+                        "dev cluster beta (Slurm %s) by tests/unit/data/releases/record.py" % r.version,
+            "cluster": "beta", "argv": commands.squeue_format(["ID"]), "returncode": 0, "stdout": "".join(outs),
+            "stderr": "", "jobs": ids}
+    (r.out / "squeue-one-beta.json").write_text(json.dumps(data, indent=1) + "\n")
+    r.record("squeue-json-one-beta", "beta", commands.squeue_json(list(ids.values())),
+             "squeue --json right after, for the same jobs")
+    r.run("beta", commands.scancel([ids["pending"], ids["relative"]]))
+
+
 def main():
     r = Recorder()
     if sys.argv[1:] == ["resumed"]:
         record_resumed(r)
+        return
+    if sys.argv[1:] == ["one"]:
+        record_one(r)
         return
     try:
         r.record("version", "alpha", commands.version(), "scontrol --version")
@@ -158,9 +202,11 @@ def main():
         r.record("probe-alpha", "alpha", survey.probe_argv(),
                  "slurmkit's probe script, run locally, while the 2-node job runs")
         record_resumed(r)
+        record_one(r)
     finally:
         for role, job_id in r.jobs.items():
-            r.run("gamma" if role == "npu" else "alpha", commands.scancel([job_id]))
+            r.run("gamma" if role == "npu" else "beta" if role.startswith("one-") else "alpha",
+                  commands.scancel([job_id]))
 
 
 if __name__ == "__main__":
