@@ -37,14 +37,22 @@ class Session:
                 self._backends[cluster.name] = self._factory(cluster)
             return self._backends[cluster.name]
 
-    def layout(self, cluster: Cluster):
-        """The cluster's switch layout, from the on-disk cache when fresh (read once per session)."""
+    def layout(self, cluster: Cluster, refresh: bool = False, nodes=None):
+        """The cluster's switch layout, from the on-disk cache when fresh (read once per session).
+
+        ``refresh``: read it from Slurm now (``nodes``, already read, saves one RPC) and store it in
+        the cache, so later commands see a cluster that changed without waiting for the TTL.
+        """
         from slurmkit.script import topology
 
-        if cluster.name not in self._layouts:
-            if self._topology_cache is None:
-                self._topology_cache = topology.TopologyCache()
-            key = "%s-%s-%s" % (self.site.name, cluster.name, reach(cluster))
+        if self._topology_cache is None:
+            self._topology_cache = topology.TopologyCache()
+        key = "%s-%s-%s" % (self.site.name, cluster.name, reach(cluster))
+        if refresh:
+            layout = topology.load_layout(self.backend(cluster.name), nodes)
+            self._topology_cache.put(key, layout)
+            self._layouts[cluster.name] = layout
+        elif cluster.name not in self._layouts:
             self._layouts[cluster.name] = self._topology_cache.get(
                 key, lambda: topology.load_layout(self.backend(cluster.name)))
         return self._layouts[cluster.name]

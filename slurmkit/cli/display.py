@@ -69,7 +69,8 @@ def topology_report(session, cluster_name=None, partition_name=None, detail=None
     cluster = session.site.cluster(cluster_name)
     backend = session.backend(cluster.name)
     nodes = backend.nodes()
-    layout = topology.load_layout(backend, nodes)  # fresh: the user wants the current picture
+    # Fresh (the user wants the current picture), and stored for the next render or submit.
+    layout = session.layout(cluster, refresh=True, nodes=nodes)
     gres = "gpu"
     if partition_name:
         part = session.site.partition(cluster, partition_name)

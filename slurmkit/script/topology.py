@@ -139,12 +139,17 @@ class TopologyCache:
         except (OSError, ValueError, KeyError, TypeError):
             pass  # missing or corrupt: reload
         layout = load()
+        self.put(key, layout)
+        return layout
+
+    def put(self, key: str, layout: ClusterLayout) -> None:
+        """Store ``layout`` as read now (``slurmkit topology`` reads the cluster anyway, so a changed
+        cluster is seen by the next ``submit`` at once instead of after the TTL)."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError:
-            return layout  # a read-only home must not break submission
-        write_private(str(path), json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
-        return layout
+            return  # a read-only home must not break submission
+        write_private(str(self._path(key)), json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
 
 
 def load_layout(backend, nodes: Optional[Sequence[NodeInfo]] = None) -> ClusterLayout:

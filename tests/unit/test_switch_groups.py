@@ -86,6 +86,17 @@ def test_only_groups_that_hold_the_job_are_offered():
     assert _render(layout=wide, site=_site(("spine1", "spine2", "spine3")), nodes=6).constraint == "[spine1|spine2]"
 
 
+def test_a_group_feature_no_node_carries_any_more_is_not_offered():
+    # The site still names spine3 (its nodes were retired); a matching OR naming a feature that no
+    # node has would be refused by sbatch, so only the groups the layout shows are offered.
+    rendered = _render(layout=_layout(TWO_SPINES), site=_site(("spine1", "spine2", "spine3")))
+    assert rendered.constraint == "[spine1|spine2]" and rendered.warnings == ()
+    # With every group gone the job goes without a constraint, and says why.
+    alone = _render(layout=_layout(TWO_SPINES), site=_site(("spine3",)))
+    assert alone.constraint is None and "--constraint" not in alone.script
+    assert alone.warnings and "no switch group of partition gpu (spine3)" in alone.warnings[0]
+
+
 def test_no_group_holds_the_job_warns_and_adds_no_constraint():
     rendered = _render(layout=_layout(TWO_SPINES), nodes=9)
     assert rendered.switches == 3 and "--constraint" not in rendered.script

@@ -64,6 +64,29 @@ def test_cache_survives_a_corrupt_file(tmp_path):
     assert json.loads((tmp_path / "alpha.json").read_text())["layout"]["partition_nodes"]["gpu"] == "an[1-4]"
 
 
+def test_slurmkit_topology_stores_what_it_read_so_the_next_submit_sees_a_changed_cluster(tmp_path):
+    """`slurmkit topology` asks Slurm anyway: a node added since the cached layout (10-minute TTL) is
+    in the layout the next command reads, not after the TTL."""
+    from slurmkit.cli.display import topology_report
+    from slurmkit.session import Session
+    from slurmkit.testing import FakeNode, FakeSlurm, fake_site
+
+    fake = FakeSlurm("alpha", nodes=("n1", "n2"))
+    site = fake_site("alpha")
+
+    def session():
+        return Session(site, backend_factory=lambda cluster: fake, topology_cache=topology.TopologyCache(tmp_path))
+
+    def gpu_nodes(layout):
+        return topology.hostlist.expand(layout.partition_nodes["gpu"])
+
+    assert gpu_nodes(session().layout(site.cluster("alpha"))) == ["n1", "n2"]
+    fake.nodes_table["n3"] = FakeNode("n3", ("gpu",), "gpu:h100:8", 4)
+    assert gpu_nodes(session().layout(site.cluster("alpha"))) == ["n1", "n2"]   # cached, still fresh
+    assert topology_report(session(), "alpha").startswith("cluster alpha")
+    assert gpu_nodes(session().layout(site.cluster("alpha"))) == ["n1", "n2", "n3"]
+
+
 def test_draw_shows_states_and_free_gpus():
     nodes = [NodeInfo("an1", "IDLE", gres={"gpu:h100": 8}), NodeInfo("an2", "MIXED", gres={"gpu:h100": 8},
                                                                        gres_used={"gpu:h100": 6}),
