@@ -595,8 +595,9 @@ def rpc_diff(before, after):
     return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
 
 
-def queue_held_jobs(env, count, name="scale-others", workers=4):
-    """COUNT separate held jobs named NAME (cancel with scancel --name NAME).
+def queue_held_jobs(env, count, name="scale-others", workers=4, user=None):
+    """COUNT separate held jobs named NAME (cancel with scancel --name NAME), submitted as USER if given
+    (runuser: other users' jobs, as on a shared cluster).
 
     Separate sbatch calls, not one --array: a pending array is a single
     record in slurmctld (squeue without -r shows one line), so it would not
@@ -605,10 +606,12 @@ def queue_held_jobs(env, count, name="scale-others", workers=4):
     from concurrent.futures import ThreadPoolExecutor
 
     argv = ["sbatch", "--hold", "--quiet", "--job-name=%s" % name, "-o", "/dev/null", "--wrap", "true"]
+    if user:
+        argv = ["runuser", "-u", user, "--"] + argv
 
     def one(_):
         return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120, cwd="/")
 
     with ThreadPoolExecutor(workers) as pool:
         failed = [p.stderr for p in pool.map(one, range(count)) if p.returncode != 0]
@@ -654,7 +657,10 @@ def cmd_up(n):
         d.mkdir(parents=True, exist_ok=True)
     for node in c.nodes:
         (c.slurmd_dir / node).mkdir(exist_ok=True)
-    c.munge_dir.mkdir(mode=0o700, exist_ok=True)
+    c.munge_dir.mkdir(exist_ok=True)
+    # Other users reach the socket (bench-scale queues its 10,000 other jobs as nobody); nothing else
+    # there can be listed or read (the key stays 0600).
+    os.chmod(c.munge_dir, 0o711)
     for g in range(GPUS):
         dc.make_fake_device(c.dev_dir / ("nvidia%d" % g))
     if not c.munge_key.exists():
@@ -759,7 +765,9 @@ def main(argv=None):
     sub.required = True
     p = sub.add_parser("up", help="start (or resize to) N nodes and wait until all are idle")
     p.add_argument("nodes", type=int, nargs="?", default=256)
-    sub.add_parser("down", help="stop everything scale.py started")
+    p = sub.add_parser("down", help="stop everything scale.py started")
+    p.add_argument("--clear", action="store_true",
+                   help="also forget slurmctld's state (jobs ended or cancelled that it still lists)")
     sub.add_parser("status", help="daemons and node states")
     sub.add_parser("env", help="print export SLURM_CONF=...")
     args = ap.parse_args(argv)
@@ -773,7 +781,7 @@ def main(argv=None):
             if args.cmd == "up":
                 return cmd_up(args.nodes)
             if args.cmd == "down":
-                return cmd_down()
+                return cmd_down(clear=args.clear)
             return cmd_status()
         except dc.DevClusterError as e:
             print("scale: error: %s" % e, file=sys.stderr, flush=True)

@@ -6,8 +6,6 @@ site (from its cache), psutil and the checks it runs, and neither jinja2 nor
 paramiko.
 """
 
-import sys
-
 import click
 
 from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option, warn
@@ -26,14 +24,9 @@ def health():
 
 
 def _read_plan(source):
-    from slurmkit.errors import UsageError
-    from slurmkit.health.plan import CheckPlan
+    from slurmkit.health.plan import CheckPlan, read_source
 
-    try:
-        text = sys.stdin.read() if source == "-" else open(source).read()
-    except OSError as exc:
-        raise UsageError("cannot read the check plan %s: %s" % (source, exc.strerror or exc)) from None
-    return CheckPlan.from_json(text)
+    return CheckPlan.from_json(read_source(source, "check plan"))
 
 
 @health.command("check", context_settings=CONTEXT)
@@ -55,7 +48,10 @@ def _read_plan(source):
 @click.option("--dry-run", is_flag=True, help="With --slurm: say what would change in Slurm, change nothing.")
 @click.option("--plan", "plan_source", metavar="FILE|-",
               help="Check against a plan (JSON) instead of the site: what 'health sweep' sends each node.")
-def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_run, plan_source):
+@click.option("--relay", "relay_source", metavar="FILE|-",
+              help="Check a group of nodes from this one for 'health sweep' (health.relays); prints their rows "
+                   "as JSON.")
+def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_run, plan_source, relay_source):
     """Check this node: host, GPUs or NPUs, InfiniBand, by its partition's thresholds.
 
     Exit 0 when healthy, 1 when a check failed, 2 on bad usage or config.
@@ -77,6 +73,14 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
 
     if dry_run and not slurm_mode:
         raise UsageError("--dry-run goes with --slurm (a plain check changes nothing anyway)")
+    if relay_source:
+        if plan_source or slurm_mode or cluster or node or partition or prom_file:
+            raise UsageError("--relay checks the nodes its job names, as a sweep asked; it goes with no other "
+                             "option but --json")
+        from slurmkit.health import relay
+
+        click.echo(relay.main_relay(relay_source))
+        return 0
     applied = None
     if plan_source:
         if slurm_mode or cluster or node or partition:

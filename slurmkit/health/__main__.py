@@ -1,5 +1,8 @@
 """``python -m slurmkit.health --plan FILE|- [--json]``: the check a sweep runs on each node, without the CLI.
 
+``--relay FILE|-`` instead: check a group of nodes for a sweep, from this
+node (see :mod:`slurmkit.health.relay`); prints the group's rows as JSON.
+
 The same as ``slurmkit health check --plan FILE --json`` (same report, same
 exit codes: 0 healthy, 1 unhealthy, 2 bad usage or plan), minus the
 command-line framework's start-up: a sweep of thousands of nodes starts it
@@ -10,7 +13,7 @@ slurmkit.health]`` to have sweeps use it.
 import json
 import sys
 
-USAGE = "usage: python -m slurmkit.health --plan FILE|- [--json]"
+USAGE = "usage: python -m slurmkit.health --plan FILE|- [--json]  |  --relay FILE|-"
 
 
 def main(argv=None) -> int:
@@ -20,17 +23,18 @@ def main(argv=None) -> int:
     try:
         if "--json" in args:
             args.remove("--json")    # the only output there is
+        if len(args) == 2 and args[0] == "--relay":
+            from slurmkit.health import relay
+
+            sys.stdout.write(relay.main_relay(args[1]) + "\n")
+            return 0
         if len(args) != 2 or args[0] != "--plan":
             raise UsageError(USAGE)
         from slurmkit.health import node
-        from slurmkit.health.plan import CheckPlan
+        from slurmkit.health.plan import CheckPlan, read_source
         from slurmkit.health.watchdog import Watchdog
 
-        try:
-            text = sys.stdin.read() if args[1] == "-" else open(args[1]).read()
-        except OSError as exc:
-            raise UsageError("cannot read the check plan %s: %s" % (args[1], exc.strerror or exc)) from None
-        plan = CheckPlan.from_json(text)
+        plan = CheckPlan.from_json(read_source(args[1], "check plan"))
         with Watchdog(plan.check_timeout):
             report = node.check_node(plan)
     except SlurmkitError as exc:

@@ -46,15 +46,28 @@ class CheckPlan(NamedTuple):
         return True
 
     def to_json(self) -> str:
+        return json.dumps(self.to_plain(), sort_keys=True)
+
+    def to_plain(self) -> dict:
+        """The plan as JSON's types, versioned: what to_json writes, for a relay job that carries plans."""
         data = self._asdict()
         data["checks"] = _plain(self.checks)
         data["version"] = PLAN_VERSION
-        return json.dumps(data, sort_keys=True)
+        return data
 
     @classmethod
     def from_json(cls, text: str) -> "CheckPlan":
         try:
             data = json.loads(text)
+        except ValueError as exc:
+            raise UsageError("not a check plan (%s: %s)" % (type(exc).__name__, exc)) from None
+        return cls.from_plain(data)
+
+    @classmethod
+    def from_plain(cls, data) -> "CheckPlan":
+        """A plan from :meth:`to_plain`'s types; UsageError when it is not one (or from a newer slurmkit)."""
+        try:
+            data = dict(data)
             version = data.pop("version")
             if version != PLAN_VERSION:
                 raise UsageError("the check plan is version %r; this slurmkit reads version %d: install the same "
@@ -64,6 +77,20 @@ class CheckPlan(NamedTuple):
             return cls(**data)
         except (ValueError, KeyError, TypeError) as exc:
             raise UsageError("not a check plan (%s: %s)" % (type(exc).__name__, exc)) from None
+
+
+def read_source(source: str, what: str) -> str:
+    """The text of ``source``, a file or ``-`` (standard input), for ``--plan`` and ``--relay``;
+    UsageError naming ``what`` ("check plan", "relay job") when it cannot be read."""
+    import sys
+
+    try:
+        if source == "-":
+            return sys.stdin.read()
+        with open(source) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise UsageError("cannot read the %s %s: %s" % (what, source, exc.strerror or exc)) from None
 
 
 def _plain(value):

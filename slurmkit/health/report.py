@@ -51,6 +51,11 @@ def sweep_text(result) -> str:
         lines += ["", "failures:"] + details
     for error in result.errors:
         lines.append("error: %s" % error)
-    lines.append("%d node%s in %.1fs: %s" % (len(result.rows), "" if len(result.rows) == 1 else "s", result.seconds,
-                                             ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items())) or "none"))
+    for failed in result.relays_failed:
+        lines.append("relay %s; the sweep checked its group itself" % failed)
+    through = ", through %d relay%s" % (result.relays, "" if result.relays == 1 else "s") if result.relays else ""
+    lines.append("%d node%s in %.1fs%s: %s" % (len(result.rows), "" if len(result.rows) == 1 else "s",
+                                               result.seconds, through,
+                                               ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items()))
+                                               or "none"))
     return "\n".join(lines)

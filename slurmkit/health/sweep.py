@@ -7,7 +7,9 @@ One sweep:
    saying which process holds it, instead of piling up;
 2. asks each cluster for its nodes (one ``scontrol show node`` per cluster,
    clusters in parallel);
-3. checks the nodes ``health.fanout`` at a time: over SSH to each node's
+3. checks the nodes ``health.fanout`` at a time (or, with ``health.relays``
+   and more nodes than that, through relay nodes that each check a group:
+   :mod:`slurmkit.health.relay`): over SSH to each node's
    ``NodeAddr`` (the federation's SSH layer, with a login-node-like target per
    node and the site's strict known_hosts), running ``slurmkit health check
    --plan - --json`` there with the node's plan on standard input, bounded by
@@ -24,7 +26,7 @@ import fcntl
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from slurmkit.errors import RemoteError, SlurmkitError, SlurmUnavailableError, UsageError
 from slurmkit.health import ownership, plan as plans, slurmside
@@ -32,6 +34,7 @@ from slurmkit.health.results import NodeReport
 from slurmkit.health.state import default_state_dir
 
 HEALTHY, UNHEALTHY, UNREACHABLE, ERROR, SKIPPED = "healthy", "unhealthy", "unreachable", "error", "skipped"
+RELAYED_STATUSES = (HEALTHY, UNHEALTHY, UNREACHABLE, ERROR)   # what a relay may say of a node
 
 
 class NodeRow(NamedTuple):
@@ -44,11 +47,12 @@ class NodeRow(NamedTuple):
     error: str = ""
     action: str = ""                   # what the sweep did or would do in Slurm
     seconds: float = 0.0
+    via: str = ""                      # the relay that checked the node; "": the sweep itself
 
     def to_dict(self):
         return {"cluster": self.cluster, "node": self.node, "partition": self.partition,
                 "slurm_state": self.slurm_state, "status": self.status, "error": self.error,
-                "action": self.action, "seconds": round(self.seconds, 3),
+                "action": self.action, "seconds": round(self.seconds, 3), "via": self.via or None,
                 "report": self.report.to_dict() if self.report else None}
 
 
@@ -56,6 +60,8 @@ class SweepResult(NamedTuple):
     rows: List[NodeRow]
     errors: List[str]                  # clusters that could not be asked, changes that failed
     seconds: float
+    relays: int = 0                    # relays that answered (health.relays)
+    relays_failed: List[str] = []      # "relay: why": their groups were checked by the sweep itself
 
     @property
     def ok(self) -> bool:
@@ -66,6 +72,7 @@ class SweepResult(NamedTuple):
         for r in self.rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         return {"ok": self.ok, "seconds": round(self.seconds, 3), "counts": counts, "errors": self.errors,
+                "relays": self.relays, "relays_failed": list(self.relays_failed),
                 "nodes": [r.to_dict() for r in self.rows]}
 
 
@@ -150,6 +157,22 @@ def remote_check(runner, command, check_plan, timeout) -> NodeReport:
                             % (result.returncode, lines[-1] if lines else "no output")) from None
 
 
+def check_with(open_runner: Callable, command, check_plan, timeout) -> Tuple[str, Optional[NodeReport], str]:
+    """One node's check through the runner ``open_runner()`` gives: (status, report or None, why not)."""
+    runner = None
+    try:
+        runner = open_runner()
+        report = remote_check(runner, command, check_plan, timeout)
+        return (HEALTHY if report.healthy else UNHEALTHY), report, ""
+    except RemoteError as exc:
+        return UNREACHABLE, None, str(exc)
+    except SlurmkitError as exc:
+        return ERROR, None, str(exc)
+    finally:
+        if runner is not None:
+            runner.close()
+
+
 # ---------------------------------------------------------------- the sweep
 
 def sweep(session, cluster_names: List[str], partition: Optional[str] = None, drain: bool = False,
@@ -198,30 +221,41 @@ def sweep(session, cluster_names: List[str], partition: Optional[str] = None, dr
         def check_one(job):
             cluster, info, check_plan = job
             start = time.monotonic()
-            runner = None
-            try:
-                runner = runner_factory(cluster, info, settings.node_timeout)
-                report = remote_check(runner, cluster.health.command, check_plan, settings.node_timeout)
-                status, error = (HEALTHY if report.healthy else UNHEALTHY), ""
-            except RemoteError as exc:
-                report, status, error = None, UNREACHABLE, str(exc)
-            except SlurmkitError as exc:
-                report, status, error = None, ERROR, str(exc)
-            finally:
-                if runner is not None:
-                    runner.close()
+            status, report, error = check_with(lambda: runner_factory(cluster, info, settings.node_timeout),
+                                               cluster.health.command, check_plan, settings.node_timeout)
             return NodeRow(cluster.name, info.name, check_plan.partition, info.state.lower(), status, report, error,
                            seconds=time.monotonic() - start)
 
-        if jobs:
-            with ThreadPoolExecutor(max_workers=min(settings.fanout, len(jobs))) as pool:
-                rows += list(pool.map(check_one, jobs))
+        def check_directly(some):
+            with ThreadPoolExecutor(max_workers=min(settings.fanout, len(some)) or 1) as pool:
+                return list(pool.map(check_one, some))
+
+        # health.relays: a cluster with more nodes than one round's goes through relays (slurmkit.health.relay)
+        per_cluster: Dict[str, list] = {}
+        for job in jobs:
+            per_cluster.setdefault(job[0].name, []).append(job)
+        flat, relayed = [], []
+        for cluster_jobs in per_cluster.values():
+            (relayed if settings.relays and len(cluster_jobs) > settings.fanout else flat).append(cluster_jobs)
+        relays, relays_failed = 0, []
+        from slurmkit.health import relay
+
+        # Every relayed cluster and the flat rest at once: two big clusters take the time of one.
+        tasks = [lambda c=c: relay.sweep_through_relays(c, settings, runner_factory, check_directly) for c in relayed]
+        flat_jobs = [job for cluster_jobs in flat for job in cluster_jobs]
+        if flat_jobs:
+            tasks.append(lambda: relay.Relayed(check_directly(flat_jobs), 0, []))
+        with ThreadPoolExecutor(max_workers=max(1, len(tasks))) as pool:
+            for got in pool.map(lambda task: task(), tasks):
+                rows += got.rows
+                relays += got.relays
+                relays_failed += got.failed
 
         if drain or dry_run:
             rows = _act(session, clusters, rows, settings, dry_run, errors)
     order = {c.name: i for i, c in enumerate(clusters)}
     rows.sort(key=lambda r: (order.get(r.cluster, 0), _natural(r.node)))
-    return SweepResult(rows, errors, time.monotonic() - t0)
+    return SweepResult(rows, errors, time.monotonic() - t0, relays, relays_failed)
 
 
 def _natural(name):

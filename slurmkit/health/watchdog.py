@@ -13,13 +13,14 @@ import signal
 
 
 class Watchdog:
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, what: str = "the health check", setting: str = "health.check_timeout"):
         self.seconds = seconds
+        self.what, self.setting = what, setting
         self.previous = None
 
     def _expire(self, signum, frame):
-        os.write(2, ("Error: watchdog: the health check took longer than %gs (health.check_timeout); "
-                     "nothing was changed in Slurm\n" % self.seconds).encode())
+        os.write(2, ("Error: watchdog: %s took longer than %gs (%s); nothing was changed in Slurm\n"
+                     % (self.what, self.seconds, self.setting)).encode())
         os._exit(1)
 
     def __enter__(self):

@@ -585,6 +585,7 @@ def _build_site(value, path):
 def _build_health_settings(value):
     return HealthSettings(
         resume_after=value["resume_after"], drain_cap=value["drain_cap"], fanout=value["fanout"],
+        relays=value["relays"], relay_fanout=value.get("relay_fanout"),
         node_timeout=float(value["node_timeout"]), check_timeout=float(value["check_timeout"]),
         state_dir=value.get("state_dir"))
 

@@ -110,6 +110,8 @@ class HealthSettings(NamedTuple):
     resume_after: int = 3                # clean checks in a row before a slurmkit drain is resumed
     drain_cap: object = "10%"            # int, or "N%" of a partition: see parse_drain_cap
     fanout: int = 32
+    relays: bool = False                 # sweeps of more than fanout nodes go through relay nodes (health.relay)
+    relay_fanout: Optional[int] = None   # nodes a relay checks at once; None: fanout
     node_timeout: float = 60.0
     check_timeout: float = 50.0
     state_dir: Optional[str] = None      # None: $SLURMKIT_STATE_DIR, else ~/.local/state/slurmkit

@@ -656,6 +656,13 @@ SITE = {
                               "alternatives": [{"type": "int", "min": 0},
                                                {"type": "str", "checker": check_drain_cap}]},
                 "fanout": {"type": "int", "default": 32, "min": 1, "doc": "nodes a sweep checks at once"},
+                "relays": {"type": "bool", "default": False,
+                           "doc": "a sweep of more nodes than fanout goes through relay nodes, each checking "
+                                  "a group of its peers (two rounds up to fanout squared nodes); the nodes must "
+                                  "reach each other with health.ssh"},
+                "relay_fanout": {"type": "int", "min": 1,
+                                 "doc": "nodes one relay checks at once (default: fanout); the whole sweep runs "
+                                        "up to fanout times this many checks at the same time"},
                 "node_timeout": {"type": "number", "default": 60.0, "min": 1,
                                  "doc": "seconds a sweep gives one node (connection and check)"},
                 "check_timeout": {"type": "number", "default": 50.0, "min": 1,

@@ -38,14 +38,15 @@ def wait_for(predicate, timeout, interval=0.5, what="condition"):
         time.sleep(interval)
 
 
-def write_site(tmp_path, devcluster, cap="100%", resume_after=2):
+def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False):
     """A site of the three local clusters whose health checks only the test can fail."""
     raw = devcluster.raw
     lines = ["site: health-test",
              "health:",
              "  resume_after: %d" % resume_after,
              "  drain_cap: %s" % json.dumps(cap),
-             "  fanout: 16",
+             "  fanout: %d" % fanout,
+             "  relays: %s" % ("true" if relays else "false"),
              "  node_timeout: 60",
              "  state_dir: %s" % json.dumps(str(tmp_path / "state")),
              # the click-free entry of the same check (python -m slurmkit.health)
@@ -133,6 +134,36 @@ def test_every_node_reached_over_ssh_at_its_own_address(devcluster, tmp_path):
         if row["cluster"] == "gamma":
             assert names["npu_count"]["message"] == "8 NPUs"          # against Slurm's Gres=npu:8 too
     assert not any(row["action"] for row in rows.values())          # no --drain: nothing changed
+
+
+def test_relays_check_their_groups_over_ssh_between_the_nodes(devcluster, tmp_path, beta):
+    """fanout 2: each cluster's nodes go through relays, which reach their peers over real SSH (strict
+    known_hosts); a failing node's report comes back through its relay, and --drain acts on it."""
+    site = write_site(tmp_path, devcluster, fanout=2, relays=True)
+    victim = devcluster["beta"].nodes[-1]
+    (tmp_path / "scratch" / victim).rmdir()
+    proc = slurmkit("health", "sweep", "--site", site, "--json", "--cluster", "all", "--drain", tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    rows = {r["node"]: r for r in result["nodes"]}
+    every = [n for c in devcluster.clusters.values() for n in c.nodes]
+    assert sorted(rows) == sorted(every)
+    for cluster in ("alpha", "beta"):
+        names = devcluster[cluster].nodes
+        via = {rows[n]["via"] for n in names}
+        # more nodes than the fan-out: all of them through relays, each relay one of the cluster's own nodes
+        assert None not in via and via <= set(names) and len(via) == 2, (cluster, via)
+    for node, row in rows.items():
+        if row["cluster"] == "gamma" and row["status"] == "unreachable":
+            continue   # other suites stop and rekey gamma's sshd on purpose
+        assert row["report"]["node"] == node, row
+        names = {r["name"]: r for r in row["report"]["results"]}
+        assert names["daemon:slurmd"]["status"] == "ok"           # its own slurmd -N, on its own address
+        assert row["status"] == ("unhealthy" if node == victim else "healthy"), row
+    assert rows[victim]["report"]["failing"] == ["mount:%s" % (tmp_path / "scratch" / victim)]
+    assert rows[victim]["action"].startswith("drained")
+    assert node_state("beta", victim, devcluster).reason.startswith("slurmkit: mount:%s" % tmp_path)
+    assert result["relays"] >= 4 and not any(f.startswith(("alpha", "beta")) for f in result["relays_failed"])
 
 
 def test_a_check_told_its_node_checks_as_that_node(devcluster, tmp_path):

@@ -103,7 +103,8 @@ def test_the_lean_entry_a_sweep_can_run_instead(tmp_path):
     bad = agent("--plan", "-", stdin=plan(tmp_path, node="c2").to_json())
     assert bad.returncode == 1 and json.loads(bad.stdout)["failing"] == ["mount:%s/scratch/c2" % tmp_path]
     usage = agent("--node", "c1", stdin="")
-    assert usage.returncode == 2 and usage.stderr == "Error: usage: python -m slurmkit.health --plan FILE|- [--json]\n"
+    assert usage.returncode == 2 and usage.stderr == ("Error: usage: python -m slurmkit.health --plan FILE|- [--json]  |  "
+                                                    "--relay FILE|-\n")
     broken = agent("--plan", "-", stdin="not json")
     assert broken.returncode == 2 and broken.stderr.startswith("Error: not a check plan")
 
