@@ -17,6 +17,7 @@ help:
 	@echo "make pyslurm   build pyslurm for the installed Slurm (wheel cached in .cache/pyslurm) into .venv"
 	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
+	@echo "make cluster-up SCALE=1024   the opt-in 1,024-node scale cluster instead (devcluster/scale.py); make bench-scale"
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
 
 # Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
@@ -61,7 +62,7 @@ test: pyslurm
 
 # The clusters are stopped whatever the tests did; the exit status is the tests'.
 test: venv compile cluster-up
-	@status=0; $(PY) -m pytest -q tests $(PYTEST_ARGS) || status=$$?; \
+	@status=0; $(PY) -m pytest -q --durations=15 tests $(PYTEST_ARGS) || status=$$?; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
 
 demo: venv compile cluster-up

@@ -5,11 +5,14 @@ At each size (SCALE_SIZES, default "64 256 1024") the scale cluster is
 started (its start time and memory are recorded), then each command below is
 run as a whole process (python -m slurmkit ..., what a user pays) several
 times, first with no other jobs, then with SCALE_QUEUE (default 10,000)
-separate held jobs queued (an array would be one record in slurmctld):
+separate held jobs of another user (SCALE_OTHERS, default nobody) queued (an
+array would be one record in slurmctld):
 
   clusters            is every cluster reachable (ping, partitions, nodes, queue)
   status IDS          two jobs by id
   status              your slurmkit jobs (none of the queued ones are)
+  status IDS, commands  the two through the Slurm commands (SLURMKIT_BACKEND=
+  status, commands    commands; the site's backend is pyslurm where installed)
   topology            the per-switch summary (the default above 64 nodes)
   topology --detail   every node: the one expected to grow with the nodes
   render --comm heavy 64 nodes, with an empty topology cache (the cache is
@@ -40,11 +43,20 @@ At no other jobs only (each adds its own records):
                       1,024 real checks on two cores, which real nodes run
                       each on its own; the coordinator's cost per node is what
                       says whether the sweep itself scales.
+  health sweep, relays  the same through relays (health.relays): the sweep
+                      opens one SSH session per relay (at most fanout), each
+                      relay checks its group of consecutive nodes.  Here with
+                      relay_fanout 1, so that at most fanout checks run at
+                      once as in the flat sweep and both load the two cores
+                      alike; on real nodes a relay checks its group
+                      fanout at a time and the sweep is two rounds.
+  health sweep, relays, free check  both
 
 Per command: the median wall time, and of one run the slurmctld RPCs (sdiag's
 counts by client message type, before and after, devcluster/scale.py
 rpc_counts) and the time slurmctld spent on them (sdiag's total_time): the
-count stays flat where a listing of every job grows in work.  Targets (issue 13): no command's RPCs grow with nodes or jobs;
+count stays flat where a listing of every job grows in work.  ``bench_scale.py --health`` runs only the four sweeps (.bench/scale-health.json).
+Targets (issue 13): no command's RPCs grow with nodes or jobs;
 each command at 1,024 nodes within twice its time at 64, except topology
 --detail.  Results: .bench/scale.json and .bench/scale.png (cost against
 cluster size, one line per command; needs matplotlib, the bench extra).
@@ -72,6 +84,8 @@ REPEAT = int(os.environ.get("SCALE_REPEAT", "3"))
 SITE = str(scale.SITE_YAML)
 PY = sys.executable
 TRACKED = int(os.environ.get("SCALE_TRACKED", "1000"))
+# Whose the SCALE_QUEUE other jobs are: another user's, as on a shared cluster ("" for root's own).
+OTHERS = os.environ.get("SCALE_OTHERS", "nobody") or None
 SWEEP_POINTS = int(os.environ.get("SCALE_SWEEP_POINTS", "10000"))
 DAEMON_CYCLES = int(os.environ.get("SCALE_DAEMON_CYCLES", "3"))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -93,6 +107,9 @@ def commands(ids):
         ("clusters", sk + ["clusters", "--site", SITE], False),
         ("status IDS", sk + ["status", "--site", SITE] + ids, False),
         ("status", sk + ["status", "--site", SITE], False),
+        # The same through the Slurm commands (the default where pyslurm is not installed).
+        ("status IDS, commands", sk + ["status", "--site", SITE] + ids, False, {"SLURMKIT_BACKEND": "commands"}),
+        ("status, commands", sk + ["status", "--site", SITE], False, {"SLURMKIT_BACKEND": "commands"}),
         ("topology", sk + ["topology", "--site", SITE, "--summary"], False),
         ("topology --detail", sk + ["topology", "--site", SITE, "--detail"], False),
         ("render --comm heavy", sk + ["render", "--site", SITE, "-T", "srun", "-N", "64", "--procs-per-node", "1",
@@ -100,10 +117,10 @@ def commands(ids):
     ]
 
 
-def measure(env, argv, cold_cache):
+def measure(env, argv, cold_cache, extra_env=None):
     times, rpcs = [], None
     for i in range(REPEAT):
-        e = dict(env)
+        e = dict(env, **(extra_env or {}))
         tmp = None
         if cold_cache:
             tmp = tempfile.mkdtemp(prefix="bench-scale-cache-")
@@ -216,20 +233,38 @@ def sshd_children_ms(n):
     return 1000.0 * total / os.sysconf("SC_CLK_TCK")
 
 
-def free_check_site(tmp):
-    """The scale site with health.command a script printing one canned healthy report: what the sweep
-    machinery (SSH both ends, the coordinator) costs per node without the checks themselves."""
+def free_check_site(tmp, relays=False):
+    """The scale site with health.command a script printing one canned healthy report (its node's name
+    taken from the plan): what the sweep machinery (SSH both ends, the coordinator) costs per node
+    without the checks themselves.  As a relay (``--relay -``) the script runs slurmkit's real relay."""
     site = json.loads(scale.SITE_YAML.read_text())
-    p = run([site["health"]["command"][0], "-c", "import json, sys; from slurmkit.health.results import NodeReport; "
-             "print(json.dumps(NodeReport(node='sn0001', cluster='scale', partition='gpu', results=(), started=0.0, "
+    python = site["health"]["command"][0]
+    p = run([python, "-c", "import json, sys; from slurmkit.health.results import NodeReport; "
+             "print(json.dumps(NodeReport(node='NODE', cluster='scale', partition='gpu', results=(), started=0.0, "
              "duration=0.0).to_dict()))"], dict(os.environ, PYTHONPATH=str(ROOT)))
     report = Path(tmp) / "canned-report.json"
     report.write_text(p.stdout)
     script = Path(tmp) / "free-check.sh"
-    script.write_text("#!/bin/sh\nexec cat %s\n" % report)
+    script.write_text('#!/bin/sh\n'
+                      '[ "$1" = --relay ] && exec %s -m slurmkit.health --relay -\n'
+                      'node=$(sed -n \'s/.*"node": "\\([^"]*\\)".*/\\1/p\')\n'
+                      'exec sed "s/NODE/$node/" %s\n' % (python, report))
     script.chmod(0o755)
     site["health"]["command"] = [str(script)]
-    path = Path(tmp) / "site-free-check.yaml"
+    return site_file(tmp, site, relays, "free-check")
+
+
+def relay_site(tmp):
+    return site_file(tmp, json.loads(scale.SITE_YAML.read_text()), True, "real-check")
+
+
+def site_file(tmp, site, relays, what):
+    """``site`` written out, with health.relays when asked.  A relay checks its group one node at a time
+    (relay_fanout 1): at most health.fanout checks then run at once, as in the flat sweep, so the two
+    load this machine's two cores alike and differ only in who opens the SSH sessions."""
+    if relays:
+        site["health"].update(relays=True, relay_fanout=1)
+    path = Path(tmp) / ("site-%s%s.yaml" % (what, "-relays" if relays else ""))
     path.write_text(json.dumps(site))
     return str(path)
 
@@ -258,7 +293,36 @@ def measure_health(env, n, site=SITE):
     return {"seconds": round(seconds, 4), "all_seconds": [round(seconds, 4)], "rpcs": total, "rpc_types": rpcs,
             "slurmctld_ms": ctld_ms, "coordinator_cpu_ms": round(own, 1),
             "coordinator_cpu_ms_per_node": round(own / n, 2), "node_side_cpu_ms_per_node": round(node_side / n, 1),
+            "relays": result.get("relays", 0),
             "cpu_bound_s": round(node_side / 1000.0 / (os.cpu_count() or 1), 2), "load1_at_end": load}
+
+
+def health_rows(env, n, tmp, show):
+    """The four sweeps of every node: flat and through relays, each with the real check and a free one."""
+    rows = {}
+    for name, site in (("health sweep", SITE), ("health sweep, free check", free_check_site(tmp)),
+                       ("health sweep, relays", relay_site(tmp)),
+                       ("health sweep, relays, free check", free_check_site(tmp, relays=True))):
+        rows[name] = measure_health(env, n, site)
+        show(0, name, rows[name])
+    return rows
+
+
+def health_only(env):
+    """``bench_scale.py --health``: only the sweeps, at each size, into .bench/scale-health.json."""
+    out = {}
+    for n in SIZES:
+        run([PY, scale.__file__, "up", str(n)], env, timeout=900)
+        tmp = tempfile.mkdtemp(prefix="bench-scale-health-")
+        try:
+            out[str(n)] = health_rows(env, n, tmp, lambda _, name, row: print(
+                "%5d nodes  %-34s %8.2fs  coordinator CPU %7.1f ms  node side %6.1f ms/node  relays %d  load %.1f"
+                % (n, name, row["seconds"], row["coordinator_cpu_ms"], row["node_side_cpu_ms_per_node"],
+                   row["relays"], row["load1_at_end"]), flush=True))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        (OUT / "scale-health.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    print("results: %s" % (OUT / "scale-health.json"))
 
 
 def one_size(n, env):
@@ -288,8 +352,8 @@ def one_size(n, env):
               % (queued, name, row["seconds"], row["rpcs"], row.get("slurmctld_ms", 0), row["rpc_types"],
                  "".join("  %s=%s" % (k, row[k]) for k in ("cpu_ms", "arrays", "submissions", "counts",
                                                             "coordinator_cpu_ms_per_node",
-                                                            "node_side_cpu_ms_per_node", "cpu_bound_s")
-                         if k in row)), flush=True)
+                                                            "node_side_cpu_ms_per_node", "cpu_bound_s", "relays")
+                         if row.get(k) not in (None, 0))), flush=True)
 
     tracked = None
     # The layout cache warm, as for any user after their first heavy job: `wait` prints the leaf switches.
@@ -299,12 +363,12 @@ def one_size(n, env):
         for queued in (0, QUEUE):
             if queued:
                 t0 = time.monotonic()
-                scale.queue_held_jobs(env, queued, name="scale-others")
+                scale.queue_held_jobs(env, queued, name="scale-others", user=OTHERS)
                 print("  %d held jobs queued in %.1fs" % (queued, time.monotonic() - t0), flush=True)
             rows = {}
             try:
-                for name, argv, cold in commands(ids):
-                    rows[name] = measure(env, argv, cold)
+                for name, argv, cold, *extra_env in commands(ids):
+                    rows[name] = measure(env, argv, cold, *extra_env)
                     show(queued, name, rows[name])
                 rows["wait"] = measure_wait(env, out_dir)
                 show(queued, "wait", rows["wait"])
@@ -323,10 +387,7 @@ def one_size(n, env):
     rows["sweep submit"], rows["sweep status"] = measure_sweep(env, tmp)
     show(0, "sweep submit", rows["sweep submit"])
     show(0, "sweep status", rows["sweep status"])
-    rows["health sweep"] = measure_health(env, n)
-    show(0, "health sweep", rows["health sweep"])
-    rows["health sweep, free check"] = measure_health(env, n, free_check_site(tmp))
-    show(0, "health sweep, free check", rows["health sweep, free check"])
+    rows.update(health_rows(env, n, tmp, show))
     shutil.rmtree(tmp, ignore_errors=True)
     mem = scale.rss_mb([scale.Scale(n).slurmctld().pid()])
     result["slurmctld_pss_mb_after"] = round(mem, 1)
@@ -372,12 +433,26 @@ def plot(results, path):
     return True
 
 
+def per_poll(name, row):
+    """A row's RPCs; for ``wait``, per poll: how many polls a job takes is the job's business, and once
+    per 10 minutes (the layout cache's age) it also reads the layout to print the leaf switches."""
+    if name != "wait":
+        return row["rpcs"]
+    types = row["rpc_types"]
+    polls = types.get("REQUEST_JOB_INFO_SINGLE", 0) + types.get("REQUEST_JOB_INFO", 0)
+    layout = sum(types.get(t, 0) for t in ("REQUEST_NODE_INFO", "REQUEST_PING", "REQUEST_TOPO_INFO",
+                                             "REQUEST_BUILD_INFO"))
+    # the layout read's own partition listings (2) come with its 4 other RPCs
+    per = (row["rpcs"] - layout - (2 if layout else 0)) / float(polls or 1)
+    return round(per, 2)
+
+
 def verdict(results):
     """The issue's targets, checked: lines of text."""
     lines = []
     first, last = results[0], results[-1]
     for name in first["queues"]["0"]:
-        rpcs = {(r["nodes"], q): r["queues"][q][name]["rpcs"] for r in results for q in r["queues"]
+        rpcs = {(r["nodes"], q): per_poll(name, r["queues"][q][name]) for r in results for q in r["queues"]
                 if name in r["queues"][q]}
         flat = len(set(rpcs.values())) == 1
         t0, t1 = first["queues"]["0"][name]["seconds"], last["queues"]["0"][name]["seconds"]
@@ -389,15 +464,19 @@ def verdict(results):
             extra = "  coordinator CPU per node %s ms; node side %s ms/node (all on this machine's cores)" % (
                 "->".join(str(r["queues"]["0"][name]["coordinator_cpu_ms_per_node"]) for r in results),
                 "->".join(str(r["queues"]["0"][name]["node_side_cpu_ms_per_node"]) for r in results))
-        lines.append("%-20s RPCs %s  time %d->%d nodes x%.2f %s%s" % (
-            name, "constant (%d)" % next(iter(rpcs.values())) if flat else "VARY %s" % sorted(set(rpcs.values())),
+        lines.append("%-20s RPCs%s %s  time %d->%d nodes x%.2f %s%s" % (
+            name, " per poll" if name == "wait" else "",
+            "constant (%g)" % next(iter(rpcs.values())) if flat else "VARY %s" % sorted(set(rpcs.values())),
             first["nodes"], last["nodes"], t1 / t0, "ok" if within else "OVER %gx" % limit, extra))
     return lines
 
 
 def main():
-    if sys.argv[1:] == ["--plot"]:  # redraw .bench/scale.png from .bench/scale.json
-        plot(json.loads((OUT / "scale.json").read_text())["results"], OUT / "scale.png")
+    if sys.argv[1:] == ["--plot"]:  # redraw .bench/scale.png from .bench/scale.json, and say the verdict
+        results = json.loads((OUT / "scale.json").read_text())["results"]
+        plot(results, OUT / "scale.png")
+        for line in verdict(results):
+            print(line)
         return
     if os.geteuid() != 0:
         raise SystemExit("bench_scale: run as root (the scale cluster's daemons)")
@@ -409,7 +488,13 @@ def main():
     # Held until exit: a test module of another session would resize the cluster under us.
     lock = scale.use_lock()
     results = []
+    # A controller that still lists ended or cancelled jobs (a test's, an earlier bench's) would load
+    # every listing: start from none.
+    run([PY, scale.__file__, "down", "--clear"], env, timeout=300, check=False)
     try:
+        if sys.argv[1:] == ["--health"]:
+            health_only(env)
+            return
         for n in SIZES:
             results.append(one_size(n, env))
             data = {"sizes": SIZES, "queue": QUEUE, "repeat": REPEAT, "results": results,

@@ -8,6 +8,8 @@
 #   eval "$(make -s cluster-env CLUSTER=beta)"
 #   make cluster-status
 #   make cluster-up RELEASES=mixed      the mixed-release federation (22.05, 24.11, 26.05)
+#   make cluster-up SCALE=1024          the opt-in scale cluster of N nodes (scale.py), alone
+#   eval "$(make -s cluster-env SCALE=1)" SLURM_CONF for the scale cluster
 
 # Directory of this file, whatever the including Makefile's location.
 DEVCLUSTER_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
@@ -56,9 +58,17 @@ install-system:
 RELEASES ?=
 MIXED := $(DEVCLUSTER_DIR)/../scripts/releases/mixed.sh
 
+# SCALE=N: the opt-in scale cluster of N nodes (16 to 2,250; devcluster/scale.py,
+# issue 13) instead of the three small ones; cluster-env and cluster-status with
+# SCALE set (any value) or CLUSTER=scale speak of it.  cluster-down stops it too.
+SCALE ?=
+SCALE_PY := $(DEVCLUSTER_DIR)/scale.py
+
 cluster-up: install-system
 ifeq ($(RELEASES),mixed)
 	bash $(MIXED) up
+else ifneq ($(SCALE),)
+	$(PYTHON) $(SCALE_PY) up $(SCALE)
 else
 	$(PYTHON) $(DEVCLUSTER) up
 endif
@@ -73,6 +83,8 @@ endif
 cluster-env:
 ifeq ($(RELEASES),mixed)
 	@bash $(MIXED) env
+else ifneq ($(SCALE)$(filter scale,$(CLUSTER)),)
+	@$(PYTHON) $(SCALE_PY) env
 else
 	@$(PYTHON) $(DEVCLUSTER) env $(CLUSTER)
 endif
@@ -80,6 +92,8 @@ endif
 cluster-status:
 ifeq ($(RELEASES),mixed)
 	bash $(MIXED) status
+else ifneq ($(SCALE)$(filter scale,$(CLUSTER)),)
+	$(PYTHON) $(SCALE_PY) status
 else
 	$(PYTHON) $(DEVCLUSTER) status
 endif

@@ -44,15 +44,29 @@ def run(argv, env, timeout=120, check=True):
     return p
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """(env with SLURM_CONF of the scale cluster, its node count); started here unless running."""
-    if os.geteuid() != 0:
-        pytest.skip("the scale cluster runs as root")
+def scale_env():
+    """The environment as it is now, with SLURM_CONF of the scale cluster."""
     env = dict(os.environ)
     env["SLURM_CONF"] = str(scale.STATE / "etc" / "slurm.conf")
     for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
         env.pop(var, None)
+    return env
+
+
+@pytest.fixture
+def cluster(scale_cluster):
+    """(env with SLURM_CONF of the scale cluster, its node count).  The env is taken in the test, where
+    tests/conftest.py has given it its own HOME and slurmkit cache: a module fixture runs before that
+    and would hand every test the machine's cache (a layout cached for another size of this cluster)."""
+    return scale_env(), scale_cluster
+
+
+@pytest.fixture(scope="module")
+def scale_cluster():
+    """The scale cluster's node count; started here unless one of at least NODES runs."""
+    if os.geteuid() != 0:
+        pytest.skip("the scale cluster runs as root")
+    env = scale_env()
     # Another session's test or bench-scale resizes and stops the same cluster: wait for it.
     lock = scale.use_lock()
     running = scale.recorded_n()
@@ -60,13 +74,14 @@ def cluster():
                 and run([sys.executable, scale.__file__, "status"], env, check=False).returncode == 0)
     if ours:
         t0 = time.monotonic()
-        p = run([sys.executable, scale.__file__, "up", str(NODES)], env, timeout=300, check=False)
-        assert p.returncode == 0, "scale.py up %d failed:\n%s%s" % (NODES, p.stdout, p.stderr)
+        # Through the Makefile, as the README says to start it (devcluster/cluster.mk: scale.py up N).
+        p = run(["make", "-s", "-C", REPO, "cluster-up", "SCALE=%d" % NODES], env, timeout=300, check=False)
+        assert p.returncode == 0, "make cluster-up SCALE=%d failed:\n%s%s" % (NODES, p.stdout, p.stderr)
         print("scale cluster of %d nodes up in %.1fs" % (NODES, time.monotonic() - t0))
     n = scale.recorded_n()
     OUT.mkdir(parents=True, exist_ok=True)
     try:
-        yield env, n
+        yield n
     finally:
         run(["scancel", "--quiet", "--partition=gpu"], env, check=False)
         if ours:
@@ -213,13 +228,14 @@ def test_status_costs_the_same_rpcs_among_thousands_of_other_jobs(cluster):
     assert crowd_ids == alone_ids and crowd_mine == alone_mine, (alone_ids, crowd_ids, alone_mine, crowd_mine)
     # One job list (REQUEST_JOB_INFO: squeue, or pyslurm's slurm_load_jobs)...
     assert crowd_ids.get("REQUEST_JOB_INFO") == 1 and crowd_mine.get("REQUEST_JOB_INFO") == 1
-    # ... and, with pyslurm, one slurm_load_job (+ its federation look-up) per job
-    # of yours that ended other than COMPLETED, to read its exit status whole
-    # (pyslurm_backend._exact_exit): per job of yours, never per job of
-    # anyone else (the equality above).
+    # ... squeue's own partition look-up (your jobs come from squeue --Format --user with either
+    # backend) and, with pyslurm, one slurm_load_job (+ its federation look-up) per job of yours
+    # that ended other than COMPLETED, to read its exit status whole (pyslurm_backend._exact_exit):
+    # per job of yours, never per job of anyone else (the equality above).
     for cost_of in (crowd_ids, crowd_mine):
         extra = {k: v for k, v in cost_of.items() if k != "REQUEST_JOB_INFO"}
-        assert set(extra) <= {"REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO"}, cost_of
+        assert set(extra) <= {"REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO", "REQUEST_PARTITION_INFO"}, cost_of
+        assert extra.get("REQUEST_PARTITION_INFO", 0) <= 1, cost_of
 
 
 def test_topology_is_one_line_per_switch_by_default_and_every_node_on_request(cluster):
@@ -231,3 +247,27 @@ def test_topology_is_one_line_per_switch_by_default_and_every_node_on_request(cl
     assert "%d nodes" % n in lines[1] and "/%d" % (8 * n) in lines[1]
     detail = run([sys.executable, "-m", "slurmkit", "topology", "--site", SITE, "--detail"], env).stdout
     assert len(detail.splitlines()) == 1 + len(topo) + n
+
+
+def test_a_health_sweep_through_relays_checks_every_node_as_itself(cluster, tmp_path):
+    """health.relays on 64 of the nodes at fan-out 8: the sweep reaches 8 relays over SSH, each of which
+    checks its 8 consecutive nodes (itself locally, 7 peers over SSH at their own addresses, with the
+    site's strict known_hosts); every node answers for itself."""
+    env, _ = cluster
+    site = json.loads(Path(SITE).read_text())
+    site["health"].update(fanout=8, relays=True, state_dir=str(tmp_path / "health"))
+    path = tmp_path / "site.yaml"
+    path.write_text(json.dumps(site))
+    names = [scale.node_name(i) for i in range(1, 65)]
+    argv = [sys.executable, "-m", "slurmkit", "health", "sweep", "--site", path, "--json"]
+    for name in names:
+        argv += ["--node", name]
+    result = json.loads(run(argv, env, timeout=300).stdout)
+    rows = {r["node"]: r for r in result["nodes"]}
+    assert sorted(rows) == names and result["relays"] == 8 and result["relays_failed"] == []
+    for i, name in enumerate(names):
+        row = rows[name]
+        assert row["status"] == "healthy" and row["report"]["node"] == name, row
+        assert row["via"] in names[i // 8 * 8:i // 8 * 8 + 8]        # the relay of its own group of 8
+        assert {r["name"]: r["status"] for r in row["report"]["results"]}["daemon:slurmd"] == "ok"
+    assert len({r["via"] for r in rows.values()}) == 8
