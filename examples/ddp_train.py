@@ -185,6 +185,12 @@ def finish(dist):
 
 def main(argv=None):
     args = parse_args(argv)
+    # A signal only sets a flag: the save happens at a step boundary, never inside a
+    # collective.  Installed first, before torch is imported (seconds on a busy node):
+    # Slurm may send its --signal warning up to a minute early, so it can come as the
+    # job starts, and SIGUSR1's default action would kill the worker with nothing saved.
+    stop = {"signum": None}
+    signal.signal(signal.SIGUSR1, lambda signum, frame: stop.__setitem__("signum", signum))
     torch = import_torch()
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -198,11 +204,6 @@ def main(argv=None):
     ckpt = import_checkpoint()
     if args.checkpoint_dir and ckpt is None:
         say("warning: slurmkit.checkpoint is not importable; checkpoints disabled", sys.stderr)
-
-    # A signal only sets a flag: the save happens at a step boundary, never inside a
-    # collective.  Installed before the rendezvous so an early warning is not lost.
-    stop = {"signum": None}
-    signal.signal(signal.SIGUSR1, lambda signum, frame: stop.__setitem__("signum", signum))
 
     backend = args.backend
     if backend == "auto":

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -184,6 +185,49 @@ def test_torchrun_passes_sigusr1_on_when_told_to_and_the_workers_save(tmp_path):
     assert stops[0][1] == stops[1][1]         # both ranks stopped after the same step
     found = checkpoint.latest(root)
     assert found.step == int(stops[0][1]) and found.convention == "marker"
+
+
+def _catches_sigusr1(pid):
+    """Whether process ``pid`` has a handler for SIGUSR1 (/proc's SigCgt mask, bit 10)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            mask = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) & (1 << (signal.SIGUSR1 - 1)))
+
+
+def _torch_loaded(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libtorch" in f.read()
+
+
+@pytest.mark.torch
+@requires_torch
+def test_a_sigusr1_that_comes_while_torch_still_imports_is_not_lost(tmp_path):
+    # Slurm may send its --signal warning up to a minute early: at a short time limit, as the job
+    # starts.  The program takes SIGUSR1 before importing torch (seconds on a busy node); a signal
+    # in that window must lead to a save at the first step, not kill the worker with nothing saved.
+    root = tmp_path / "ckpt"
+    cmd = [sys.executable, EXAMPLE, "--timeout", "60", "--steps", "1000", "--checkpoint-every", "0",
+           "--log-every", "0", "--checkpoint-dir", str(root)]
+    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _catches_sigusr1(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "no SIGUSR1 handler: %s" % proc.stdout.read()
+            time.sleep(0.005)
+        # The handler is there before torch's libraries are even mapped: the window is closed.
+        assert not _torch_loaded(proc.pid)
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 75, out
+    assert "stop rank=0 step=1: SIGUSR1 (saved step 1); exit 75, resume me" in out, out
+    assert checkpoint.latest(root).step == 1
 
 
 DCP_SCRIPT = textwrap.dedent("""

@@ -11,8 +11,9 @@ Failures, each made by Slurm itself, then restarted (or not) by the daemon:
 - NODE_FAIL on alpha (its first node set DOWN while it trains): restarted
   from the latest complete checkpoint, on other nodes;
 - PREEMPTED on beta (a job in the ``urgent`` partition on the same node);
-- a time limit on gamma (``-t 2``; Slurm's USR1 60 s before it, local.yaml's
-  ``requeue.signal_grace``): the program saves and the job exits 75;
+- a time limit on gamma (``-t 3``; Slurm's USR1 60 s before it, local.yaml's
+  ``requeue.signal_grace``, or up to a minute earlier): the program saves and
+  the job exits 75;
 - an exit code the site lists as transient (local.yaml: 42), one process;
 - a non-transient exit code (3): not restarted;
 - the same two from one rank of a torchrun job on two nodes of gamma (rank 1
@@ -355,9 +356,15 @@ def preemption(user, devcluster):
 
 
 def time_limit(user, devcluster):
-    """One node, two workers on gamma, -t 2: Slurm's USR1 60 s before the limit; the program saves, exits 75."""
-    first = user.submit("--gpus-per-node", 2, "-t", 2,
-                        command=[PYTHON, TRAIN, "--steps", 100, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+    """One node, two workers on gamma, -t 3: Slurm's USR1 60 s before the limit; the program saves, exits 75.
+
+    sbatch(1): "the signal may be sent up to 60 seconds earlier than specified" (slurmctld looks
+    at time limits about once a minute).  With -t 2 and a grace of 60 the warning came anywhere
+    from the job's start to a minute into it, once before the workers had written a checkpoint
+    (a CI run: FAILED after 46 s, nothing saved).  -t 3 puts it between 60 and 120 s into the
+    job, after the first checkpoints; 200 steps at 1 s each cannot end before it."""
+    first = user.submit("--gpus-per-node", 2, "-t", 3,
+                        command=[PYTHON, TRAIN, "--steps", 200, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
     user.running(first["job_id"])
     state = user.ended(first["job_id"], timeout=240)
     found = user.settled()
@@ -913,7 +920,7 @@ def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     assert result["first_state"] == "FAILED" and first["exit_code"] == 75, first
     assert result["found"].step == int(stops[0][1])          # the checkpoint it wrote on USR1
     assert "time limit with a newer checkpoint" in first["decision"]
-    check_restart(result, user, "timeout", steps=100, world=2)
+    check_restart(result, user, "timeout", steps=200, world=2)
 
 
 @scenario_test("transient")
