@@ -50,6 +50,40 @@ def pytest_configure(config):
         "markers", "integration: needs the local dev clusters (make cluster-up)")
 
 
+# What the clusters' logs held when each module's first test started (failure_logs.py).
+_LOGS_AT_MODULE_START = {}
+
+
+def pytest_runtest_setup(item):
+    import failure_logs
+
+    key = item.nodeid.split("::", 1)[0]
+    if key not in _LOGS_AT_MODULE_START:
+        _LOGS_AT_MODULE_START[key] = (failure_logs.offsets(STATE), time.time())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report carries what the clusters logged meanwhile and its jobs printed."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    import failure_logs
+
+    before, since = _LOGS_AT_MODULE_START.get(item.nodeid.split("::", 1)[0], ({}, time.time()))
+    try:
+        names = list(json.loads(CLUSTERS_JSON.read_text())["clusters"])
+    except (OSError, ValueError, KeyError):
+        names = []
+    factory = getattr(item.config, "_tmp_path_factory", None)
+    roots = [factory.getbasetemp()] if factory is not None else []
+    text = failure_logs.section(before, STATE, report.longreprtext, since, clusters=names,
+                                output_roots=roots, output_dirs=[REPO])
+    if text:
+        report.sections.append(("cluster logs (since %s started)" % item.nodeid.split("::", 1)[0], text))
+
+
 def pytest_collection_modifyitems(config, items):
     # This hook sees every collected item of the session: mark only ours.
     for item in items:
