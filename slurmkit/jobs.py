@@ -264,15 +264,41 @@ def output_place_problem(pattern: str, cwd: str, name: str = "") -> Optional[str
             return "%s: directory %s cannot be reached (%s)" % (where, directory, exc.strerror or exc)
         if not os.path.isdir(directory):
             return "%s: %s is not a directory" % (where, directory)
-        if not os.access(directory, os.W_OK | os.X_OK):
+        refused = _refuses_new_files(directory)
+        if refused:
             if os.path.dirname(pattern):
-                return "%s: directory %s is not writable by you" % (where, directory)
-            return ("the working directory %s is not writable by you, so Slurm could not create the job's "
-                    "output file there; run from a directory you can write, or give --output/-o a path in one"
-                    % directory)
+                return "%s: directory %s %s" % (where, directory, refused)
+            return ("the working directory %s %s, so Slurm could not create the job's output file there; "
+                    "run from a directory you can write, or give --output/-o a path in one" % (directory, refused))
         if "%" not in expanded.replace("%%", "") and os.path.isdir(path.replace("%%", "%")):
             return ("%s names a directory; give a file name (e.g. %s/slurmkit-%%j.out)"
                     % (where, pattern.rstrip("/")))
+    return None
+
+
+def _refuses_new_files(directory: str) -> Optional[str]:
+    """Why a new file cannot be made in ``directory`` ("is not writable by you", ...), or None.
+
+    The permission bits are not the whole answer: root passes access(2) on /proc and /sys, a
+    read-only mount may pass it, and Slurm then fails the job at launch (JobLaunchFailure) with
+    no output anywhere.  So a file is made and removed, with a name nobody else uses."""
+    import errno
+    import secrets
+
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "is not writable by you"
+    probe = os.path.join(directory, ".slurmkit-probe-%d-%s" % (os.getpid(), secrets.token_hex(4)))
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        why = {errno.EROFS: "is on a read-only file system", errno.ENOENT: "takes no new files (a kernel file "
+               "system such as /proc)", errno.EACCES: "is not writable by you", errno.EPERM: "takes no new files",
+               errno.EDQUOT: "is over its disk quota", errno.ENOSPC: "is on a full file system"}
+        return why.get(exc.errno, "takes no new files (%s)" % (exc.strerror or exc))
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
     return None
 
 
@@ -476,7 +502,8 @@ def summary(session: Session, ref: JobRef, job: "JobInfo", check_output: bool = 
     note = None
     if check_output and job.stdout:
         try:
-            note = output_note(job.stdout, job.state, lambda p: output_exists(session, ref.cluster, p))
+            note = output_note(job.stdout, job.state, lambda p: output_exists(session, ref.cluster, p),
+                               reason=job.reason)
         except SlurmkitError:
             note = None     # cannot look: say nothing rather than something wrong
     return dict(job.to_dict(), id=str(ref), leaf_switches=leaves, output_note=note)
@@ -491,7 +518,7 @@ def output_notes(session: Session, found) -> List[str]:
     notes = []
     for ref, job in found:
         if job.finished and job.stdout and reach(session.site.cluster(ref.cluster)) == "local":
-            note = output_note(job.stdout, job.state)
+            note = output_note(job.stdout, job.state, reason=job.reason)
             if note:
                 notes.append("%s: %s" % (ref, note))
     return notes

@@ -12,11 +12,13 @@ import os
 from typing import Callable, Optional
 
 
-def output_note(path: Optional[str], state: str = "", exists: Callable[[str], bool] = os.path.exists
-                ) -> Optional[str]:
+def output_note(path: Optional[str], state: str = "", exists: Callable[[str], bool] = os.path.exists,
+                reason: str = "") -> Optional[str]:
     """None when ``path`` exists (or no path is known), else one line saying what is missing and why.
 
-    ``state`` is the job's Slurm state: a job that has not started has no output yet.
+    ``state`` is the job's Slurm state: a job that has not started has no output yet.  ``reason``
+    is Slurm's: JobLaunchFailure with no output file is what a node that could not create the
+    file leaves (a working directory on a read-only or kernel file system, such as /proc).
     """
     if not path or exists(path):
         return None
@@ -26,4 +28,10 @@ def output_note(path: Optional[str], state: str = "", exists: Callable[[str], bo
     if not exists(directory):
         return ("output file %s does not exist: its directory %s does not exist, so Slurm could not create it "
                 "(a job name with '/' in an --output pattern with %%x does this)" % (path, directory))
+    if reason == "JobLaunchFailure":
+        return ("output file %s does not exist: Slurm could not launch the job (JobLaunchFailure), most often "
+                "because the node could not create it: %s is read-only there, on a kernel file system "
+                "(like /proc), or not writable by the job's user; the slurmd log of the job's node says "
+                "which; submit from a directory you can write, or give --output/-o a path in one"
+                % (path, directory))
     return "output file %s does not exist (removed, or on a file system this machine does not see)" % path

@@ -158,6 +158,27 @@ def test_an_output_slurm_could_not_create_is_refused_before_sbatch(devcluster, t
         assert jobs_with_token("alpha", token) == []                   # nothing reached Slurm
 
 
+def test_a_working_directory_that_takes_no_files_is_refused_and_a_job_launched_there_is_explained(devcluster,
+                                                                                                      tmp_path):
+    # /proc: root passes access(2) there, yet no file can be made.  slurmkit refuses before sbatch
+    # (the job used to be reported submitted, then fail at launch with no output anywhere) ...
+    token = unique_token("proc")
+    proc = slurmkit("submit", *CPU, "--token", token, "--", "true", cwd="/proc")
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 2 and line.startswith("Error: the working directory /proc ") and proc.stdout == ""
+    assert "--output/-o" in line
+    assert jobs_with_token("alpha", token) == []
+    # ... and where it cannot know (plain sbatch; over SSH), wait says what the launch failure means.
+    job_id = slurm("alpha", "sbatch", "--parsable", "-p", "cpu", "-t", "1", "-D", "/proc", "-J", "slurmkit-proc-" + token,
+                   "--wrap", "true").stdout.strip()
+    try:
+        waited = slurmkit("wait", "--timeout", "90", "alpha:" + job_id)
+        assert waited.returncode == 1 and "FAILED" in waited.stdout, waited.stdout + waited.stderr
+        assert "Slurm could not launch the job (JobLaunchFailure)" in waited.stderr, waited.stderr
+    finally:
+        cancel("alpha", job_id)
+
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

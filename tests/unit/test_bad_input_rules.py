@@ -249,6 +249,37 @@ def test_an_unwritable_working_directory_is_refused(tmp_path, monkeypatch):
     assert "directory %s is not writable" % tmp_path in jobs.output_place_problem(str(tmp_path) + "/x", "/")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
+def test_a_working_directory_on_a_kernel_file_system_is_refused_whatever_access_says():
+    # As root access(2) says /proc is writable; Slurm then failed such a job at launch
+    # (JobLaunchFailure, ExitCode 0:53) after slurmkit had reported it submitted.
+    problem = jobs.output_place_problem("slurmkit-x-%j.out", "/proc")
+    assert problem.startswith("the working directory /proc ")
+    assert ("takes no new files" in problem or "is not writable by you" in problem) and "--output/-o" in problem
+    assert "--output/-o /proc/x: directory /proc " in jobs.output_place_problem("/proc/x", "/tmp")
+
+
+@pytest.mark.parametrize("code, needle", [(errno.EROFS, "is on a read-only file system"),
+                                          (errno.ENOSPC, "is on a full file system"),
+                                          (errno.EIO, "takes no new files (Input/output error)")])
+def test_a_directory_that_takes_no_new_file_is_refused_with_why(tmp_path, monkeypatch, code, needle):
+    real_open = os.open
+
+    def refusing(path, flags, *mode):
+        if os.path.dirname(str(path)) == str(tmp_path) and flags & os.O_CREAT:
+            raise OSError(code, os.strerror(code), path)
+        return real_open(path, flags, *mode)
+    monkeypatch.setattr(os, "open", refusing)
+    problem = jobs.output_place_problem("slurmkit-x-%j.out", str(tmp_path))
+    assert problem == ("the working directory %s %s, so Slurm could not create the job's output file there; "
+                       "run from a directory you can write, or give --output/-o a path in one" % (tmp_path, needle))
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path):
+    assert jobs.output_place_problem("slurmkit-x-%j.out", str(tmp_path)) is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_removed_working_directory_is_refused_before_sbatch(tmp_path, monkeypatch):
     gone = tmp_path / "gone"
     gone.mkdir()

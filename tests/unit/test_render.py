@@ -567,3 +567,6 @@ def test_output_note_says_when_and_why_the_output_file_is_missing(tmp_path):
     assert "removed" in output_note(str(tmp_path / "deleted.out"), "COMPLETED")
     # On a cluster reached over SSH the caller tests the path there.
     assert output_note("/remote/o.out", "COMPLETED", exists=lambda p: p == "/remote/o.out") is None
+    launch = output_note("/proc/slurmkit-x-9.out", "FAILED", reason="JobLaunchFailure")
+    assert "Slurm could not launch the job (JobLaunchFailure)" in launch and "/proc is read-only there" in launch
+    assert "slurmd log" in launch and "--output/-o" in launch
