@@ -65,24 +65,54 @@ def node_record(backend, node: str):
     return found[0]
 
 
+# Tries at draining a node whose drain collided with others' at the cap's edge (ownership.cap_after_drain).
+DRAIN_TRIES = 3
+
+
 def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: bool = False,
-                     node_info=None) -> Applied:
+                     node_info=None, sleep=None) -> Applied:
     """Drain or resume the checked node per the ownership rules (HealthCheckProgram mode).
 
     The cap counts the nodes slurmkit keeps drained in each of the node's
     partitions, read from Slurm right before draining (one more RPC, paid
-    only by a failing node).
+    only by a failing node), and again right after: nodes checking themselves
+    at the same time share nothing but Slurm, so a drain that the second count
+    finds over the cap is undone (:func:`ownership.cap_after_drain`).
+    ``sleep``: how to wait before a retry (the clock, injected).
     """
     info = node_info if node_info is not None else node_record(backend, report.node)
     decision = ownership.decide(info, report.failing, resume_after)
     if decision.action == NONE:
         return Applied(decision, False)
-    nodes = backend.node_states() if decision.action == DRAIN else [node_record(backend, report.node)]
-    fresh = next((n for n in nodes if n.name == report.node), info)
-    decision = ownership.decide(fresh, report.failing, resume_after)
-    if decision.action == DRAIN:
-        decision = ownership.apply_cap([decision], nodes, drain_cap, {report.node: report.failing})[0]
-    return apply(backend, [decision], dry_run)[0]
+    for attempt in range(DRAIN_TRIES):
+        nodes = backend.node_states() if decision.action == DRAIN else [node_record(backend, report.node)]
+        fresh = next((n for n in nodes if n.name == report.node), info)
+        decision = ownership.decide(fresh, report.failing, resume_after)
+        if decision.action == DRAIN:
+            decision = ownership.apply_cap([decision], nodes, drain_cap, {report.node: report.failing})[0]
+        applied = apply(backend, [decision], dry_run)[0]
+        if decision.action != DRAIN or not applied.done:
+            return applied
+        check = ownership.cap_after_drain(report.node, backend.node_states(), drain_cap)
+        if check.keep:
+            return applied
+        _undo_drain(backend, report.node, decision.reason)
+        undone = Applied(decision._replace(action=CAPPED, note=check.note), False)
+        if check.retry_in is None or attempt + 1 == DRAIN_TRIES:
+            return undone
+        if sleep is None:
+            import time
+
+            sleep = time.sleep
+        sleep(check.retry_in)
+    return undone
+
+
+def _undo_drain(backend, node: str, reason: str) -> None:
+    """Resume ``node`` if it still carries the drain this check just made (an admin may have taken it)."""
+    now = node_record(backend, node)
+    if now.reason == reason and ownership.is_drained(now.state) and not ownership.is_down(now.state):
+        backend.resume([node])
 
 
 def own_node_name(explicit: Optional[str] = None, proc: str = "/proc") -> str:

@@ -292,3 +292,67 @@ def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_
     # gn1 passed every check all along, yet its admin drain is untouched
     info = node_state("gamma", "gn1", devcluster)
     assert "DRAIN" in info.state and info.reason == "%s: cabling" % token
+
+
+def test_a_failure_both_nodes_share_drains_one_of_them_under_a_cap_of_one(devcluster, gamma_health):
+    """gamma's health site has drain_cap 1.  A failure both nodes see at once (their scratch mounts
+    both gone) used to drain both: slurmd runs the check on both nodes in the same second (one
+    HealthCheckInterval), each read "none drained yet" and drained itself.  The nodes share nothing
+    but Slurm; the cap must hold all the same, and one of them must still be drained."""
+    scratch, _ = gamma_health
+    site = devcluster["gamma"].raw["health_check"]["site"]
+    interval = devcluster["gamma"].raw["health_check"]["interval_s"]
+
+    def drained():
+        return sorted(n for n in ("gn1", "gn2")
+                      if node_state("gamma", n, devcluster).reason.startswith("slurmkit: mount:%s" % scratch))
+
+    def both_at_once():
+        """Both nodes' checks started in the same instant, as two slurmds would: their reports."""
+        argv = [sys.executable, "-m", "slurmkit", "health", "check", "--slurm", "--json", "--site", site,
+                "--cluster", "gamma", "--node"]
+        procs = [subprocess.Popen(argv + [n], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  cwd=str(REPO)) for n in ("gn1", "gn2")]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 1 and "Traceback" not in err, err
+        return [json.loads(out)["slurm"] for out, _ in outs]
+
+    import threading
+
+    samples, stop = [], threading.Event()
+
+    def sample():                          # (time, nodes drained by this failure), 4 times a second
+        while not stop.is_set():
+            samples.append((time.monotonic(), drained()))
+            stop.wait(0.25)
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        for node in ("gn1", "gn2"):
+            (scratch / node).rmdir()
+        sampler.start()
+        # Our own simultaneous rounds, besides slurmd's checks every few seconds on both nodes.
+        for _ in range(4):
+            reports = both_at_once()
+            assert [r["error"] for r in reports] == [None, None], reports
+            assert sum(r["done"] for r in reports) <= 1, reports      # at most one of a round drained
+        # Then slurmd's own checks for a few intervals.
+        time.sleep(3 * interval)
+        stop.set()
+        sampler.join(10)
+        # Both drained only for the moment between a drain and its undoing, in the check that made
+        # it (seconds at most on a loaded machine); the old race left both drained for good.
+        longest, since = 0.0, None
+        for when, nodes in samples:
+            if len(nodes) == 2:
+                since = when if since is None else since
+                longest = max(longest, when - since)
+            else:
+                since = None
+        assert longest < 10, [(round(t - samples[0][0], 2), n) for t, n in samples]
+        assert len(samples[-1][1]) == 1 and len(drained()) == 1, samples[-5:]
+    finally:
+        stop.set()
+        for node in ("gn1", "gn2"):
+            (scratch / node).mkdir(exist_ok=True)
+        wait_for(lambda: drained() == [], 60, what="both nodes resumed by their checks")

@@ -271,3 +271,61 @@ def test_a_health_sweep_through_relays_checks_every_node_as_itself(cluster, tmp_
         assert row["via"] in names[i // 8 * 8:i // 8 * 8 + 8]        # the relay of its own group of 8
         assert {r["name"]: r["status"] for r in row["report"]["results"]}["daemon:slurmd"] == "ok"
     assert len({r["via"] for r in rows.values()}) == 8
+
+
+def test_the_drain_cap_holds_when_many_nodes_fail_in_the_same_second(cluster):
+    """96 nodes find the same failure (a shared mount, a driver, a switch) and each drains itself at
+    once, as their HealthCheckPrograms would: the nodes share nothing but slurmctld, whose drain
+    stamps order them (ownership.cap_after_drain).  A cap of 4 must leave at most 4 drained, and
+    not none.  Threads in this process, each as one node with a Slurm client of its own, let go by
+    one barrier: the same second for all, which processes started on two cores would not reach."""
+    import threading
+
+    from slurmkit.health import slurmside
+    from slurmkit.health.results import NodeReport, fail
+    from slurmkit.session import Session
+    from slurmkit.site import find_site
+
+    from slurmkit.slurm.parsers import parse_nodes
+
+    env, _ = cluster
+    site = find_site(SITE)                             # its cluster names the scale cluster's slurm.conf
+    names = [scale.node_name(i) for i in range(1, 97)]
+    check = "mount:/shared-%d" % os.getpid()           # this test's own reason: only its drains are undone
+    barrier = threading.Barrier(len(names), timeout=120)
+    applied, errors = {}, []
+
+    def node(name):
+        try:
+            with Session(site) as session:
+                backend = session.backend(scale.NAME)
+                report = NodeReport(node=name, cluster=scale.NAME, partition="gpu",
+                                    results=(fail(check, "gone on every node"),))
+                info = slurmside.node_record(backend, name)
+                barrier.wait()
+                applied[name] = slurmside.decide_and_apply(backend, report, 2, 4, node_info=info)
+        except Exception as exc:                       # reported below, with the others
+            errors.append("%s: %r" % (name, exc))
+
+    threads = [threading.Thread(target=node, args=(n,)) for n in names]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert errors == [], errors[:5]
+        nodes = parse_nodes(run(["scontrol", "--oneliner", "show", "node"], env).stdout)
+        ours = [n.name for n in nodes if n.reason == "slurmkit: " + check and "DRAIN" in n.state]
+        kept = sorted(n for n, a in applied.items() if a.done)
+        assert 1 <= len(ours) <= 4 and sorted(ours) == kept, (ours, kept)
+        others = [a.text for n, a in applied.items() if not a.done]
+        assert len(others) == 96 - len(kept)
+        assert all(t.startswith(("not drained: partition gpu", "drain undone: partition gpu")) for t in others), \
+            sorted(set(t.split(":")[0] for t in others))
+        print("%d of 96 kept their drain; %d undid theirs" % (len(kept), sum(t.startswith("drain undone")
+                                                                             for t in others)))
+    finally:
+        nodes = parse_nodes(run(["scontrol", "--oneliner", "show", "node"], env).stdout)
+        left = [n.name for n in nodes if n.reason == "slurmkit: " + check]
+        if left:
+            run(["scontrol", "update", "NodeName=" + ",".join(left), "State=RESUME"], env, check=False)

@@ -135,3 +135,167 @@ def test_own_cluster(tmp_path, monkeypatch):
     (tmp_path / "a.conf").write_text("")
     monkeypatch.setenv("SLURM_CONF", "/elsewhere")
     assert slurmside.own_cluster(site).name == "a"            # two here, none named: the default
+
+
+# ---------------------------------------------------------------- the cap under nodes checking at once
+
+class Gate:
+    """A backend whose first two whole-cluster reads in each of ``count`` threads wait for all of them:
+    every node reads "how many are drained" before any drains, and counts again only once all have
+    drained, as checks starting in the same second do at their worst."""
+
+    def __init__(self, slurm, count):
+        import threading
+
+        self.slurm, self.barrier, self.seen = slurm, threading.Barrier(count, timeout=10), threading.local()
+
+    def __getattr__(self, name):
+        return getattr(self.slurm, name)
+
+    def node_states(self, names=None):
+        if names is None and getattr(self.seen, "reads", 0) == 1:
+            self.barrier.wait()               # every drain is in before anyone counts again
+        answer = self.slurm.node_states(names)
+        if names is None:
+            self.seen.reads = getattr(self.seen, "reads", 0) + 1
+            if self.seen.reads == 1:
+                self.barrier.wait()           # everyone has read "none drained yet"
+        return answer
+
+
+def drained_by_us(slurm):
+    return sorted(n.name for n in slurm.node_states() if ownership.is_ours(n.reason) and "DRAIN" in n.state)
+
+
+def test_two_nodes_failing_in_the_same_second_keep_one_drain_under_a_cap_of_one():
+    import threading
+
+    slurm = FakeSlurm("fake", nodes=["n1", "n2", "n3", "n4"])      # the clock stands still: one second
+    gate = Gate(slurm, 2)
+    finished = {}
+    waits = []
+
+    def sleep(seconds):                       # the other node's check ends (undoes its drain) meanwhile
+        waits.append(seconds)
+        others = [t for t in threads if t is not threading.current_thread()]
+        for t in others:
+            t.join(10)
+        slurm.clock.advance(seconds)
+
+    def check(node):
+        finished[node] = slurmside.decide_and_apply(gate, report(node, "mount:/shared"), 3, 1, sleep=sleep)
+    threads = [threading.Thread(target=check, args=(n,)) for n in ("n1", "n2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    # Both read "none drained" and both drained.  Then whoever counted the other's drain undid its own;
+    # where both did (a tie in the same second), n1, the first by name, tried again a second later,
+    # alone, and kept it.  Exactly one drained, whatever the order: never two, and not none.
+    kept = drained_by_us(slurm)
+    assert len(kept) == 1, finished
+    other = ({"n1", "n2"} - set(kept)).pop()
+    assert finished[kept[0]].done and finished[kept[0]].text == "drained (slurmkit: mount:/shared)"
+    assert not finished[other].done
+    assert ("drain undone: partition gpu" in finished[other].text
+            or "not drained: partition gpu has 1 of its 4 nodes drained" in finished[other].text), finished
+    assert waits in ([], [1.0])
+
+
+def test_a_tie_at_the_caps_edge_is_undone_by_both_and_the_first_by_name_retries_alone():
+    slurm = FakeSlurm("fake", nodes=["n1", "n2", "n3", "n4"])
+    slurm.set_node("n2", "DRAIN", "slurmkit: mount:/shared")   # n2's drain, stamped in this same second
+    waits = []
+
+    def sleep(seconds):                   # meanwhile n2 counted n1's drain too and undid its own
+        waits.append(seconds)
+        slurm.set_node("n2", None)
+        slurm.clock.advance(seconds)
+    applied = slurmside.decide_and_apply(_Unseen(slurm, "n2"), report("n1", "mount:/shared"), 3, 1, sleep=sleep)
+    assert applied.done and drained_by_us(slurm) == ["n1"] and waits == [1.0]
+
+
+class _Unseen:
+    """The first whole-cluster read does not show ``node``'s drain yet (it landed just after)."""
+
+    def __init__(self, slurm, node):
+        self.slurm, self.node, self.reads = slurm, node, 0
+
+    def __getattr__(self, name):
+        return getattr(self.slurm, name)
+
+    def node_states(self, names=None):
+        answer = self.slurm.node_states(names)
+        if names is None:
+            self.reads += 1
+            if self.reads == 1:
+                import dataclasses
+
+                answer = [dataclasses.replace(n, state="IDLE", reason="", reason_time=None)
+                          if n.name == self.node else n for n in answer]
+        return answer
+
+
+def test_a_node_counts_only_drains_stamped_no_later_than_its_own():
+    from slurmkit.slurm.types import NodeInfo
+    from datetime import datetime, timedelta
+
+    t = datetime(2026, 12, 1, 12, 0, 0)
+
+    def node(name, stamp, reason="slurmkit: xid", state="IDLE+DRAIN"):
+        return NodeInfo(name=name, state=state, partitions=("gpu",), reason=reason, reason_time=stamp)
+    healthy = [NodeInfo(name="h%d" % i, state="IDLE", partitions=("gpu",)) for i in range(6)]
+    # drained before me, by another or by slurmkit: counted; after me: not (that one counts me)
+    nodes = healthy + [node("a", t - timedelta(seconds=5)), node("me", t), node("z", t + timedelta(seconds=1)),
+                       node("admin", t - timedelta(seconds=9), reason="rma 12")]
+    assert ownership.cap_after_drain("me", nodes, 2).keep
+    check = ownership.cap_after_drain("me", nodes, 1)
+    assert not check.keep and check.retry_in is None              # the cap is full: no retry
+    assert "1 of its 10 nodes were drained by slurmkit before this one and 0 at the same time" in check.note
+    # the same second: a tie; the first of the tie by name may retry, the others may not
+    tie = healthy + [node("b", t), node("me", t), node("x", t)]
+    assert ownership.cap_after_drain("me", tie, 3).keep
+    assert ownership.cap_after_drain("me", tie, 2).retry_in == 1.25          # "me" is 2nd of b, me, x
+    assert ownership.cap_after_drain("me", tie, 1).retry_in is None
+    assert ownership.cap_after_drain("b", tie, 1).retry_in == 1.0
+    # no longer our drain (an admin took it over, or it was resumed): nothing to judge
+    assert ownership.cap_after_drain("me", healthy + [node("me", t, reason="rma 13")], 0).keep
+
+
+@pytest.mark.parametrize("trial", range(25))
+def test_many_nodes_failing_at_once_never_drain_more_than_the_cap(trial):
+    import random
+    import threading
+
+    names = ["n%02d" % i for i in range(24)]
+    slurm = FakeSlurm("fake", nodes=names)                         # 24 nodes, a cap of 3 (12%)
+    lock = threading.Lock()
+    rng = random.Random(trial)
+
+    class Jittered:
+        """Each call a random moment later, and the clock ticks now and then: real interleavings."""
+        def __getattr__(self, name):
+            real = getattr(slurm, name)
+
+            def call(*args):
+                time_module.sleep(rng.random() / 2000)
+                with lock:
+                    if rng.random() < 0.05:
+                        slurm.clock.advance(1)
+                    return real(*args)
+            return call
+    import time as time_module
+    done = {}
+
+    def check(node):
+        done[node] = slurmside.decide_and_apply(Jittered(), report(node, "mount:/shared"), 3, "12%",
+                                                sleep=lambda s: time_module.sleep(s / 1000))
+    threads = [threading.Thread(target=check, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    kept = drained_by_us(slurm)
+    assert len(kept) <= 3, kept
+    assert sorted(n for n, a in done.items() if a.done) == kept
+    assert all(a.done or "not drained" in a.text or "drain undone" in a.text for a in done.values())
