@@ -7,7 +7,10 @@ is available.  It checkpoints atomically with :mod:`slurmkit.checkpoint`,
 resumes from ``SLURMKIT_RESUME_FROM`` or the latest complete checkpoint under
 ``--checkpoint-dir`` (default ``$SLURMKIT_CHECKPOINT_DIR``), and on SIGUSR1
 (Slurm's warning before the time limit) saves at the next step boundary and
-exits with 75.
+exits with 75.  Rank 0 writes a heartbeat every few seconds
+(:func:`slurmkit.checkpoint.heartbeat`, at ``$SLURMKIT_HEARTBEAT``): with a
+hang timeout, the requeue daemon ends and restarts a run whose heartbeat and
+checkpoints stop moving.
 
 Launch it with torchrun (what slurmkit's torchrun template does, one launcher
 per node), with srun (one task per worker; the job must export MASTER_ADDR and
@@ -88,10 +91,21 @@ def parse_args(argv):
                         "checkpoint, if one is due), as a program does after an NCCL error; with RANK, only "
                         "that rank, at once and without leaving the process group (the others then fail "
                         "in their next collective, or are stopped by the launcher)")
+    p.add_argument("--first-attempt-hang", type=_step_rank, default=None, metavar="STEP[:RANK]",
+                   help="testing: on the first attempt, after STEP (and its checkpoint), every rank (with RANK, "
+                        "only that one) stops making progress for good, as a rank stuck in a collective or on "
+                        "a broken device does; the others then wait in the next collective")
     args = p.parse_args(argv)
     if args.steps < 0 or args.batch_size < 1 or args.checkpoint_every < 0:
         p.error("--steps and --checkpoint-every must be >= 0, --batch-size >= 1")
     return args
+
+
+def _step_rank(text):
+    parts = text.split(":")
+    if not (len(parts) in (1, 2) and all(p.isdigit() for p in parts)):
+        raise argparse.ArgumentTypeError("STEP or STEP:RANK, e.g. 20 or 20:1")
+    return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
 def _step_code(text):
@@ -268,7 +282,8 @@ def main(argv=None):
 
     loss_fn = torch.nn.MSELoss()
     step = start
-    pace, exit_at = (args.first_attempt_step_seconds, args.first_attempt_exit) if first_attempt() else (0.0, None)
+    pace, exit_at, hang_at = ((args.first_attempt_step_seconds, args.first_attempt_exit, args.first_attempt_hang)
+                              if first_attempt() else (0.0, None, None))
     while step < args.steps:
         x, y = data(args.batch_size, step)
         x, y = x[rank::world].to(device), y[rank::world].to(device)
@@ -281,6 +296,8 @@ def main(argv=None):
             time.sleep(pace)
         if rank == 0 and args.log_every and step % args.log_every == 0:
             say("step=%d train_loss=%.6f" % (step, loss.item()))
+        if rank == 0 and ckpt is not None:
+            ckpt.heartbeat(step)                      # at most every few seconds: cheap every step
         if args.self_signal_at == step and rank == 0:
             os.kill(os.getpid(), signal.SIGUSR1)
         # Every rank must agree to stop at the same step: a signal may reach some ranks only.
@@ -296,6 +313,11 @@ def main(argv=None):
             say("stop rank=%d step=%d: SIGUSR1 (%s); exit %d, resume me" % (rank, step, saved, EXIT_SAVED))
             finish(dist)
             return EXIT_SAVED
+        if hang_at is not None and step == hang_at[0] and hang_at[1] in (None, rank):
+            say("hang rank=%d step=%d: --first-attempt-hang, no progress from now on" % (rank, step))
+            sys.stdout.flush()
+            while True:                               # until the job is cancelled
+                time.sleep(3600)
         if exit_at is not None and step == exit_at[0] and exit_at[2] in (None, rank):
             say("exit rank=%d step=%d: --first-attempt-exit, status %d" % (rank, step, exit_at[1]))
             if exit_at[2] is not None:

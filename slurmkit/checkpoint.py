@@ -87,7 +87,11 @@ program:
    limit): :class:`StopFlag` records it, the program saves at the next step
    boundary (all ranks agree on the flag with an all-reduce first) and exits
    with :data:`EXIT_SAVED` (75, ``EX_TEMPFAIL``), which says "saved, resume me";
-4. exits 0 only when training is finished.
+4. exits 0 only when training is finished;
+5. calls :func:`heartbeat` every step (it writes at most every few seconds):
+   a job whose heartbeat and checkpoints stop moving for its hang timeout
+   (``--hang-timeout``) is ended by the daemon and restarted, instead of
+   holding its nodes, hung, until the time limit.
 """
 
 import contextlib
@@ -103,7 +107,7 @@ import time
 __all__ = [
     "MARKER", "EXIT_SAVED", "CONVENTIONS", "Latest", "StopFlag",
     "checkpoint_dir", "distributed_checkpoint_dir", "save", "step_path",
-    "latest", "resume_path", "checkpoint_root", "attempt", "step_of",
+    "latest", "resume_path", "checkpoint_root", "attempt", "step_of", "heartbeat", "heartbeat_path",
 ]
 
 #: Name of the completion marker inside a checkpoint directory.
@@ -510,6 +514,41 @@ def resume_path(root=None, conventions=CONVENTIONS, log=sys.stderr):
             log.write("slurmkit.checkpoint: skipped %s: %s\n" % (path, reason))
             log.flush()
     return found.path
+
+
+def heartbeat_path(root, job_id):
+    """The heartbeat file of job ``job_id`` under checkpoint directory ``root`` (the job template
+    exports it as ``SLURMKIT_HEARTBEAT``; the daemon reads it there)."""
+    return os.path.join(root, ".slurmkit", "heartbeat", str(job_id))
+
+
+# When this process last wrote its heartbeat (time.monotonic()): see heartbeat().
+_last_beat = [None]
+
+
+def heartbeat(step=None, path=None, every=5.0):
+    """Say "still making progress" (the step, if given) for the requeue daemon's hang detection.
+
+    Cheap enough to call every step: it writes ``SLURMKIT_HEARTBEAT`` (or ``path``) at most once
+    every ``every`` seconds, with a rename, so the daemon never reads half a line.  Outside such a
+    job (no path) it does nothing.  Returns True when it wrote.  One rank calling it is enough:
+    a hung rank stops every rank at the next collective.
+    """
+    path = path or os.environ.get("SLURMKIT_HEARTBEAT")
+    if not path:
+        return False
+    now = time.monotonic()
+    if _last_beat[0] is not None and now - _last_beat[0] < every:
+        return False
+    _last_beat[0] = now
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write("%.3f %s\n" % (time.time(), "" if step is None else int(step)))
+        os.replace(tmp, path)
+    except OSError:
+        return False             # a full or vanished file system must not stop training
+    return True
 
 
 class StopFlag:

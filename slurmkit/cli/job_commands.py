@@ -55,7 +55,7 @@ def render(session, cluster, as_json, **kwargs):
 @json_option
 @pass_session
 def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts, checkpoint_dir, conventions,
-           transient_exit, as_json, **kwargs):
+           transient_exit, hang_timeout, as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
@@ -73,18 +73,21 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
     partition = kwargs.pop("partition")
     sweep = sweep_commands.pop_sweep_options(kwargs)
     if sweep_commands.sweeping(sweep):
-        requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions)
+        requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout)
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
                                                          checkpoint_dir=checkpoint_dir), requeue=requeue)
     if auto_requeue:
+        from slurmkit.requeue.tracking import budget_overrides
+
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
-                               checkpoint_dir, max_restarts, transient_exit, conventions, as_json)
-    if max_restarts is not None or checkpoint_dir or transient_exit or conventions:
+                               checkpoint_dir, budget_overrides(max_restarts, transient_exit, conventions,
+                                                                hang_timeout), as_json)
+    if max_restarts is not None or checkpoint_dir or transient_exit or conventions or hang_timeout is not None:
         from slurmkit.errors import UsageError
 
-        raise UsageError("--max-restarts, --checkpoint-dir, --checkpoint-convention and --transient-exit need "
-                         "--auto-requeue")
+        raise UsageError("--max-restarts, --checkpoint-dir, --checkpoint-convention, --transient-exit and "
+                         "--hang-timeout need --auto-requeue")
     outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
                                    plan_only=explain, dry_run=dry_run)
     if outcome.placement is not None and (explain or (dry_run and not as_json)):
@@ -126,8 +129,7 @@ class _saying_the_job_on_failure:
                             "'slurmkit status %s'" % (self.ref, exc.strerror or exc, self.ref)) from None
 
 
-def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, max_restarts, transient, conventions,
-                    as_json):
+def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir, budget, as_json):
     from slurmkit.errors import UsageError
     from slurmkit.requeue.journal import Journal
     from slurmkit.requeue.tracking import submit_tracked
@@ -137,8 +139,7 @@ def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir,
                          "clusters listed in the site's requeue.shared_checkpoint_clusters)")
     journal = Journal()
     try:
-        tracked_id, submission = submit_tracked(session, spec, journal, cluster, partition, checkpoint_dir,
-                                                max_restarts, transient, conventions)
+        tracked_id, submission = submit_tracked(session, spec, journal, cluster, partition, checkpoint_dir, budget)
     finally:
         journal.close()
     warn(submission.rendered.warnings)

@@ -264,6 +264,11 @@ REQUEUE_OPTIONS = [
     click.option("--transient-exit", "transient_exit", multiple=True, type=StrictInt(1, 255), metavar="CODE",
                  help="With --auto-requeue: an exit code to restart like a node failure (repeatable; the site's "
                       "requeue.transient_exit_codes count too)."),
+    click.option("--hang-timeout", metavar="TIME", callback=text_value,
+                 help="With --auto-requeue: end the job and restart it when its heartbeat "
+                      "(slurmkit.checkpoint.heartbeat) and checkpoints have not moved for this long; Slurm's time "
+                      "format, as --time (30: 30 minutes, 0:45: 45 seconds; 0: never; default: the site's "
+                      "requeue.hang_timeout)."),
 ]
 
 

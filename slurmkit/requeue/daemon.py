@@ -27,6 +27,15 @@ can resume from a checkpoint (``SLURMKIT_RESUME_FROM``), avoid bad nodes
 (``--exclude``), or move to another cluster, and the two mechanisms can never
 both restart one failure.
 
+A job that stops making progress is ended too, then restarted like a failure:
+with a hang timeout (the job's ``--hang-timeout``, else the site's
+``requeue.hang_timeout``), a running attempt whose heartbeat file
+(``$SLURMKIT_HEARTBEAT``, which :func:`slurmkit.checkpoint.heartbeat` writes)
+and checkpoint directory have not changed for that long, by the daemon's own
+clock (file times come from the file server's), is marked in the journal and
+cancelled; the policy restarts it as ``hung`` under its own budget.  A hung
+rank or a stuck collective otherwise holds its nodes until the time limit.
+
 The daemon never exits on a transient error: a cluster that does not answer
 is logged and retried with backoff, and a slow answer is never taken for a
 failed job (only a final Slurm state ends an attempt).
@@ -68,6 +77,7 @@ class CycleReport:
     changed: bool = False
     next_end: Optional[float] = None    # the soonest time limit of a running attempt (epoch)
     next_due: Optional[float] = None    # the soonest restart still waiting for its backoff (epoch)
+    next_hang: Optional[float] = None   # the soonest a running attempt may be found hung (epoch)
 
 
 def new_token() -> str:
@@ -91,11 +101,16 @@ class Daemon:
                  submit_attempt: Callable[..., Tuple[str, str]],
                  latest_checkpoint: Optional[Callable[[str], object]] = None,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
-                 min_interval: float = 5.0, max_interval: float = 60.0):
+                 min_interval: float = 5.0, max_interval: float = 60.0,
+                 progress: Optional[Callable[[str], str]] = None):
         self.journal = journal
         self.sessions = sessions
         self.submit_attempt = submit_attempt
         self.latest_checkpoint = latest_checkpoint or _latest_checkpoint
+        # What tells a running attempt's progress: checkpoint dir -> text that changes with it.
+        # The journal keeps the last one seen and since when (the daemon's clock): `daemon once` from
+        # cron is a new process every time.
+        self.progress = progress or progress_marker
         self.clock = clock
         # Waiting on the stop event lets SIGTERM end the wait at once; tests inject a fake sleep.
         self.sleep = sleep or self._wait
@@ -157,8 +172,9 @@ class Daemon:
             interval = self.min_interval
         else:
             interval = min(self.interval * 2, self.max_interval)
-            if report.next_end is not None:
-                interval = min(interval, max(self.min_interval, report.next_end - self.clock()))
+            for soon in (report.next_end, report.next_hang):
+                if soon is not None:
+                    interval = min(interval, max(self.min_interval, soon - self.clock()))
             interval = max(self.min_interval, interval)
         if report.next_due is not None:
             interval = min(interval, max(0.0, report.next_due - self.clock()))
@@ -211,6 +227,7 @@ class Daemon:
             self._cluster_ok(site, cluster)
             report.polled[cluster] = len(items)
             now = self.clock()
+            progressed: List[Tuple[int, str, float]] = []
             for tracked, attempt in items:
                 job = found.get(attempt.job_id)
                 if job is None:
@@ -231,6 +248,59 @@ class Daemon:
                     end = _end_of(job)
                     if end is not None and (report.next_end is None or end < report.next_end):
                         report.next_end = end
+                    if job.state == "RUNNING":
+                        self._watch_progress(tracked, attempt, backend, report, progressed)
+            self.journal.progressed(progressed)
+
+    # -- jobs that stopped making progress ----------------------------------------
+
+    def hang_timeout(self, tracked: Tracked) -> float:
+        """Seconds without progress after which a running attempt is ended (0: never)."""
+        own = tracked.budget.get("hang_timeout_s")
+        if own is not None:
+            return float(own)
+        try:
+            return float(self.sessions(tracked.site).site.requeue.hang_timeout or 0)
+        except SlurmkitError:
+            return 0.0
+
+    def _watch_progress(self, tracked: Tracked, attempt: Attempt, backend, report: CycleReport,
+                        progressed: List[Tuple[int, str, float]]) -> None:
+        if attempt.ended_by:
+            self._cancel_hung(tracked, attempt, backend, report)    # marked before a crash, or scancel failed
+            return
+        timeout = self.hang_timeout(tracked)
+        if timeout <= 0:
+            return
+        now = self.clock()
+        marker = self.progress(tracked.checkpoint_dir)
+        since = attempt.progress_since
+        if since is None or marker != attempt.progress:
+            since = now
+            progressed.append((attempt.id, marker, now))
+        if now - since < timeout:
+            due = since + timeout
+            if report.next_hang is None or due < report.next_hang:
+                report.next_hang = due
+            return
+        attempt.ended_by = "%s: no progress for %.0f s (the hang timeout is %.0f s): neither its heartbeat " \
+                           "(in %s) nor its checkpoint directory changed" % (
+                               policy.HUNG_MARK, now - since, timeout, heartbeat_dir(tracked.checkpoint_dir))
+        self.journal.end_as_hung(attempt.id, attempt.ended_by)
+        self.journal.event(tracked.id, "attempt %d (%s:%s) %s; cancelling it" % (
+            attempt.number, attempt.cluster, attempt.job_id, attempt.ended_by))
+        log.warning("job %d attempt %d (%s:%s) %s", tracked.id, attempt.number, attempt.cluster, attempt.job_id,
+                    attempt.ended_by)
+        self._cancel_hung(tracked, attempt, backend, report)
+
+    def _cancel_hung(self, tracked: Tracked, attempt: Attempt, backend, report: CycleReport) -> None:
+        try:
+            backend.cancel([attempt.job_id])
+        except SlurmkitError as exc:
+            report.errors.append("job %d attempt %d: could not cancel it after it stopped making progress (%s); "
+                                 "trying again next cycle" % (tracked.id, attempt.number, exc))
+            return
+        report.changed = True
 
     def _decide(self, active: List[Tracked], report: CycleReport) -> None:
         done = [(t, t.current) for t in active if t.current is not None and t.current.phase == "finished"]
@@ -405,7 +475,27 @@ def _view(a: Attempt) -> policy.AttemptView:
     return policy.AttemptView(number=a.number, state=a.state, exit_code=a.exit_code, signal=a.signal,
                               reason=a.reason, nodes=tuple(_expand_nodes({a.nodes} if a.nodes else set())),
                               started_at=a.started_at, ended_at=a.ended_at, resume_step=a.resume_step,
-                              cause=a.cause or None)
+                              cause=a.cause or None, ended_by=a.ended_by or "")
+
+
+def heartbeat_dir(checkpoint_dir: str) -> str:
+    """Where a tracked job's heartbeats are (the job template exports SLURMKIT_HEARTBEAT in it)."""
+    from slurmkit import checkpoint
+
+    return os.path.dirname(checkpoint.heartbeat_path(checkpoint_dir, "0"))
+
+
+def progress_marker(checkpoint_dir: str) -> str:
+    """What changes while an attempt makes progress: the time of its heartbeat directory (each beat is
+    renamed into place there, whatever the job id: an array task's SLURM_JOB_ID is not A_I) and of its
+    checkpoint directory (a checkpoint renamed into place, or a file saved there, changes it).  One
+    attempt runs per checkpoint directory at a time.  Two stat calls per running attempt and cycle."""
+    def stamp(path):
+        try:
+            return str(os.stat(path).st_mtime_ns)
+        except OSError:
+            return "-"
+    return "heartbeat %s checkpoints %s" % (stamp(heartbeat_dir(checkpoint_dir)), stamp(checkpoint_dir))
 
 
 def _expand_nodes(expressions) -> set:

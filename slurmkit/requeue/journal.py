@@ -17,6 +17,10 @@ An attempt moves through phases, each written before the next action:
 ``finished``   Slurm's final state, exit status, signal, nodes and reason.
 ``decided``    the policy's decision (restart or stop, cause, reason).
 
+A submitted attempt the daemon ends itself (it stopped making progress) gets
+``ended_by`` first, then its ``scancel``: the cancel that follows is then the
+daemon's, restarted like a failure, never taken for a person's.
+
 Only one daemon may work on a journal at a time (:meth:`Journal.exclusive`).
 """
 
@@ -30,7 +34,11 @@ from typing import Dict, List, Optional
 from slurmkit.errors import SlurmkitError
 from slurmkit.statedb import open_db, transaction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each version added to the one before, for journals written by an older slurmkit.
+_MIGRATIONS = {2: ("ALTER TABLE attempts ADD COLUMN ended_by TEXT NOT NULL DEFAULT ''",
+                    "ALTER TABLE attempts ADD COLUMN progress TEXT NOT NULL DEFAULT ''",
+                    "ALTER TABLE attempts ADD COLUMN progress_since REAL")}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -72,6 +80,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     decision TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     updated REAL NOT NULL,
+    ended_by TEXT NOT NULL DEFAULT '',  -- why the daemon cancelled it itself (policy.HUNG_MARK ...)
+    progress TEXT NOT NULL DEFAULT '',  -- the running attempt's last progress marker (daemon.progress_marker)
+    progress_since REAL,                -- when a daemon first saw that marker (its own clock)
     UNIQUE (tracked_id, number)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -115,6 +126,9 @@ class Attempt:
     decision: str = ""
     created: float = 0.0
     updated: float = 0.0
+    ended_by: str = ""
+    progress: str = ""
+    progress_since: Optional[float] = None
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -166,7 +180,18 @@ class Journal:
         if version > SCHEMA_VERSION:
             raise SlurmkitError("the requeue journal %s was written by a newer slurmkit (schema %d); upgrade "
                                 "slurmkit" % (self.path, version))
+        if version < SCHEMA_VERSION:
+            self._migrate(version)
         self._lock_fd = None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a journal of an older schema up to this one, in one transaction (a crash leaves it old)."""
+        with self._tx() as db:
+            found = int(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+            for step in range(found + 1, SCHEMA_VERSION + 1):      # another process may have done it
+                for statement in _MIGRATIONS[step]:
+                    db.execute(statement)
+            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self):
         self.db.close()
@@ -232,6 +257,20 @@ class Journal:
             db.execute("UPDATE attempts SET state=?, nodes=CASE WHEN ?='' THEN nodes ELSE ? END, "
                        "started_at=COALESCE(?, started_at), updated=? WHERE id=? AND phase='submitted'",
                        (state, nodes, nodes, started_at, self.clock(), attempt_id))
+
+    def progressed(self, changes) -> None:
+        """Running attempts whose progress marker changed: (attempt id, marker, seen at), in one transaction."""
+        if not changes:
+            return
+        with self._tx() as db:
+            db.executemany("UPDATE attempts SET progress=?, progress_since=? WHERE id=? AND phase='submitted'",
+                           [(marker, since, attempt_id) for attempt_id, marker, since in changes])
+
+    def end_as_hung(self, attempt_id: int, why: str) -> None:
+        """Mark a live attempt as ended by the daemon (``why``: policy.HUNG_MARK ...), before its scancel."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET ended_by=?, updated=? WHERE id=? AND phase='submitted' AND ended_by=''",
+                       (why, self.clock(), attempt_id))
 
     def finished(self, attempt_id: int, *, state: str, exit_code=None, signal=None, nodes: str = "",
                  reason: str = "", started_at=None, ended_at=None) -> None:

@@ -11,6 +11,9 @@ Slurm state and reason, the nodes, and whether the checkpoints moved:
   same step);
 - a failure whose exit code the site lists as transient (NCCL errors, Xid) is
   restarted;
+- a job the daemon ended because it stopped making progress (its heartbeat
+  and checkpoints did not move for the job's hang timeout: a hung rank, a
+  stuck collective) is restarted, under its own budget;
 - ``COMPLETED``, a cancel (a person said stop) and every other failure are not.
 
 Budgets keep a broken job from running forever: a total, one per cause, a
@@ -38,10 +41,14 @@ TIMEOUT = "timeout"
 TRANSIENT_EXIT = "transient_exit"
 FAILED = "failed"
 OUT_OF_MEMORY = "out_of_memory"
+HUNG = "hung"
+
+# What the daemon writes on an attempt it cancels for making no progress (journal: ended_by).
+HUNG_MARK = "hung"
 
 # The cluster's fault, not the program's: never counted as a crash of the program.
 INFRASTRUCTURE = frozenset({NODE_FAIL, BOOT_FAIL, PREEMPTED, LAUNCH_FAILED})
-RESTARTABLE = INFRASTRUCTURE | {TIMEOUT, TRANSIENT_EXIT}
+RESTARTABLE = INFRASTRUCTURE | {TIMEOUT, TRANSIENT_EXIT, HUNG}
 
 # Slurm reasons that mean the batch script never started properly on its nodes.
 _LAUNCH_REASONS = ("launch failed", "joblaunchfailure", "prolog", "nodeboot")
@@ -53,7 +60,7 @@ class Budget:
 
     max_restarts: int = 10
     per_cause: Dict[str, int] = field(default_factory=lambda: {
-        NODE_FAIL: 5, BOOT_FAIL: 3, LAUNCH_FAILED: 3, PREEMPTED: 20, TIMEOUT: 20, TRANSIENT_EXIT: 3})
+        NODE_FAIL: 5, BOOT_FAIL: 3, LAUNCH_FAILED: 3, PREEMPTED: 20, TIMEOUT: 20, TRANSIENT_EXIT: 3, HUNG: 3})
     backoff_s: float = 30.0          # the second restart of one cause waits this long, doubling after
     backoff_max_s: float = 900.0
     quick_failure_s: float = 120.0   # an attempt that fails within this long after starting "failed soon"
@@ -78,6 +85,7 @@ class AttemptView:
     ended_at: Optional[float] = None
     resume_step: Optional[int] = None   # the checkpoint step it started from (None: from scratch)
     cause: Optional[str] = None         # filled in once decided
+    ended_by: str = ""                  # why the daemon ended it ("hung: ..."), if it did
 
     @property
     def runtime(self) -> Optional[float]:
@@ -100,11 +108,14 @@ class Decision:
 
 
 def classify(state: str, exit_code: Optional[int], signal: Optional[int], reason: str,
-             transient_codes: Iterable[int] = ()) -> str:
-    """The cause of an attempt's end, from Slurm's state, exit status, signal and reason."""
+             transient_codes: Iterable[int] = (), ended_by: str = "") -> str:
+    """The cause of an attempt's end, from Slurm's state, exit status, signal and reason, and
+    ``ended_by``: the daemon's own mark on an attempt it cancelled (a cancel that is not a person's)."""
     state = (state or "").upper().split()[0] if state else ""
     if state == "COMPLETED":
         return COMPLETED
+    if state == "CANCELLED" and (ended_by or "").startswith(HUNG_MARK):
+        return HUNG
     if state in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY"):
         return {"NODE_FAIL": NODE_FAIL, "BOOT_FAIL": BOOT_FAIL, "PREEMPTED": PREEMPTED, "TIMEOUT": TIMEOUT,
                 "CANCELLED": CANCELLED, "OUT_OF_MEMORY": OUT_OF_MEMORY}[state]
@@ -137,7 +148,8 @@ def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Op
     ``latest_step`` is the step of the newest complete checkpoint now (None:
     none); ``unusable_nodes`` are nodes that are down or drained now.
     """
-    cause = classify(attempt.state, attempt.exit_code, attempt.signal, attempt.reason, transient_codes)
+    cause = classify(attempt.state, attempt.exit_code, attempt.signal, attempt.reason, transient_codes,
+                     attempt.ended_by)
     earlier = _previous(history, attempt)
     if cause == COMPLETED:
         return Decision(False, cause, "the job completed")
@@ -199,7 +211,8 @@ def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Op
     why = {NODE_FAIL: "a node failed", BOOT_FAIL: "a node failed to boot", PREEMPTED: "preempted",
            LAUNCH_FAILED: "the launch failed (%s)" % (attempt.reason or "launch"),
            TIMEOUT: "hit its time limit with a newer checkpoint (step %s)" % latest_step,
-           TRANSIENT_EXIT: "a transient failure (%s)" % _describe_exit(attempt)}[cause]
+           TRANSIENT_EXIT: "a transient failure (%s)" % _describe_exit(attempt),
+           HUNG: "ended by the daemon: %s" % attempt.ended_by[len(HUNG_MARK):].lstrip(": ")}[cause]
     return Decision(True, cause, "%s; restart %d of at most %d" % (why, attempt.number, budget.max_restarts),
                     delay_s=delay, exclude=exclude)
 

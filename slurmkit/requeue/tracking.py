@@ -65,14 +65,41 @@ def submit_attempt(session_for, tracked: Tracked, attempt: Attempt, cluster: str
     return submission.ref.cluster, submission.ref.job_id
 
 
+def budget_overrides(max_restarts: Optional[int] = None, transient_exit_codes: Sequence[int] = (),
+                     checkpoint_conventions: Sequence[str] = (), hang_timeout: Optional[str] = None) -> dict:
+    """A tracked job's own budget and settings, as the journal keeps them (``submit --auto-requeue``
+    and each point of ``sweep submit --auto-requeue``); ``hang_timeout`` in Slurm's time format."""
+    out = {}
+    if max_restarts is not None:
+        if max_restarts < 0:
+            raise UsageError("--max-restarts must be 0 or more")
+        out["max_restarts"] = int(max_restarts)
+    if transient_exit_codes:
+        out["transient_exit_codes"] = sorted(int(c) for c in transient_exit_codes)
+    if checkpoint_conventions:
+        out["checkpoint_conventions"] = list(checkpoint_conventions)
+    if hang_timeout is not None:
+        from slurmkit.slurm.times import TIME_FORMATS_TEXT, slurm_time_seconds
+
+        try:
+            seconds = slurm_time_seconds(hang_timeout)
+        except ValueError:
+            seconds = -1
+        if seconds is None or seconds < 0:
+            raise UsageError("--hang-timeout %s: give a time as for --time (%s; 0: never), e.g. 30 (minutes) or "
+                             "0:45 (seconds)" % (hang_timeout, TIME_FORMATS_TEXT.replace(" or UNLIMITED", "")))
+        out["hang_timeout_s"] = seconds
+    return out
+
+
 def submit_tracked(session, spec, journal: Journal, cluster: Optional[str] = None, partition: Optional[str] = None,
-                   checkpoint_dir: Optional[str] = None, max_restarts: Optional[int] = None,
-                   transient_exit_codes: Sequence[int] = (), checkpoint_conventions: Sequence[str] = ()):
+                   checkpoint_dir: Optional[str] = None, budget: Optional[dict] = None):
     """Register the job for the requeue daemon and submit its first attempt.
 
     Returns (tracked id, jobs.Submission).  ``checkpoint_dir`` defaults to
     ``<site checkpoint root>/<job name>-<tracked id>``; it must be on a
-    filesystem the job's nodes share (the daemon reads it too).
+    filesystem the job's nodes share (the daemon reads it too).  ``budget``:
+    :func:`budget_overrides`.
     """
     from slurmkit import jobs
 
@@ -80,15 +107,7 @@ def submit_tracked(session, spec, journal: Journal, cluster: Optional[str] = Non
     target = site.cluster(cluster)
     part = site.partition(target, partition)
     name = spec.name or _default_name(spec)
-    if max_restarts is not None and max_restarts < 0:
-        raise UsageError("--max-restarts must be 0 or more")
-    budget = {}
-    if max_restarts is not None:
-        budget["max_restarts"] = int(max_restarts)
-    if transient_exit_codes:
-        budget["transient_exit_codes"] = sorted(int(c) for c in transient_exit_codes)
-    if checkpoint_conventions:
-        budget["checkpoint_conventions"] = list(checkpoint_conventions)
+    budget = dict(budget or {})
     directory = checkpoint_dir or os.path.join(site.requeue.checkpoint_root or os.path.join(os.getcwd(),
                                                                                             "checkpoints"), name)
     directory = os.path.abspath(os.path.expanduser(directory))

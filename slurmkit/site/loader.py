@@ -577,6 +577,7 @@ def _build_site(value, path):
         requeue=RequeueSettings(
             transient_exit_codes=tuple(value["requeue"]["transient_exit_codes"]),
             signal_grace=value["requeue"]["signal_grace"], checkpoint_root=value["requeue"].get("checkpoint_root"),
+            hang_timeout=value["requeue"]["hang_timeout"],
             shared_checkpoint_clusters=tuple(value["requeue"]["shared_checkpoint_clusters"]),
             checkpoint_conventions=tuple(value["requeue"]["checkpoint_conventions"])),
     )

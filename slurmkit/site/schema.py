@@ -633,6 +633,9 @@ SITE = {
                                          "doc": "exit codes restarted as transient failures (NCCL errors, Xid)"},
                 "signal_grace": {"type": "int", "default": 120, "min": 10, "max": 3600,
                                  "doc": "seconds before the time limit a tracked job gets SIGUSR1 to save"},
+                "hang_timeout": {"type": "int", "default": 0, "min": 0, "max": 7 * 24 * 3600,
+                                 "doc": "seconds without progress (heartbeat or checkpoint) after which the daemon "
+                                        "ends a running tracked job and restarts it; 0: never"},
                 "checkpoint_root": {"type": "str", "path": True,
                                     "doc": "default parent directory of tracked jobs' checkpoint directories"},
                 "checkpoint_conventions": {"type": "list", "default": [],

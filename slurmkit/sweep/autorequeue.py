@@ -57,6 +57,7 @@ class SweepDaemon(Daemon):
         for t in items:
             groups.setdefault((t.site, point_of(t)[0]), []).append(t)
         journal = Journal()
+        progressed = []          # (attempt id, progress marker, seen at): see Daemon._watch_progress
         try:
             sweeps = {}
             for (site, sweep_id), group in groups.items():
@@ -110,10 +111,14 @@ class SweepDaemon(Daemon):
                                               ended_at=ended or now)
                         report.finished.append((t.id, p.state))
                         report.changed = True
-                    elif core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
-                                                    or (started is not None and attempt.started_at is None)):
-                        self.journal.observed(attempt.id, state=p.state, nodes=p.nodes, started_at=started)
-                        report.changed = True
+                    else:
+                        if core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
+                                                      or (started is not None and attempt.started_at is None)):
+                            self.journal.observed(attempt.id, state=p.state, nodes=p.nodes, started_at=started)
+                            report.changed = True
+                        if p.state == "RUNNING":
+                            self._watch_progress(t, attempt, session.backend(array.cluster), report, progressed)
+            self.journal.progressed(progressed)
         finally:
             journal.close()
 

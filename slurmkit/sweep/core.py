@@ -83,7 +83,7 @@ class SweepRequest(NamedTuple):
     sweep_dir: Optional[str] = None
     max_running: Optional[int] = None
     canary: Optional[int] = None
-    auto_requeue: Optional[dict] = None   # the requeue budget (slurmkit.sweep.tracked.budget); None: off
+    auto_requeue: Optional[dict] = None   # the requeue budget (requeue.tracking.budget_overrides); None: off
 
 
 class ArraySubmission(NamedTuple):

@@ -4,7 +4,7 @@ Each task of such a sweep is one tracked job of the requeue journal
 (``requeue.db``, the user's default one), named ``SWEEP/POINT``: its
 checkpoint directory is the point's own (``<sweep dir>/points/<id>/checkpoint``),
 its budget the submission's (``--max-restarts``, ``--transient-exit``,
-``--checkpoint-convention``), and its spec carries ``sweep: {id, point}``,
+``--checkpoint-convention``, ``--hang-timeout``: :func:`slurmkit.requeue.tracking.budget_overrides`), and its spec carries ``sweep: {id, point}``,
 by which the daemon (:mod:`slurmkit.sweep.autorequeue`) knows to poll it
 through the sweep and to restart it as a one-task array of the sweep.  The
 first attempt is registered once Slurm has the array (attempt 1 is already
@@ -21,23 +21,6 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 # The key of a tracked job's spec that names its sweep and point.
 MARK = "sweep"
-
-
-def budget(max_restarts: Optional[int] = None, transient_exit_codes: Sequence[int] = (),
-           checkpoint_conventions: Sequence[str] = ()) -> dict:
-    """The requeue budget overrides of the submission, as ``submit --auto-requeue`` stores them."""
-    from slurmkit.errors import UsageError
-
-    out = {}
-    if max_restarts is not None:
-        if max_restarts < 0:
-            raise UsageError("--max-restarts must be 0 or more")
-        out["max_restarts"] = int(max_restarts)
-    if transient_exit_codes:
-        out["transient_exit_codes"] = sorted(int(c) for c in transient_exit_codes)
-    if checkpoint_conventions:
-        out["checkpoint_conventions"] = list(checkpoint_conventions)
-    return out
 
 
 def point_of(tracked) -> Optional[Tuple[str, str]]:

@@ -18,7 +18,10 @@ Failures, each made by Slurm itself, then restarted (or not) by the daemon:
 - a non-transient exit code (3): not restarted;
 - the same two from one rank of a torchrun job on two nodes of gamma (rank 1
   exits alone; torchrun and srun then exit 1 and 143, but the job script
-  exits with that worker's status, which the daemon records).
+  exits with that worker's status, which the daemon records);
+- a job that stops making progress on gamma (``--hang-timeout 0:20``): its
+  heartbeat and checkpoints stand still, the daemon cancels it and restarts
+  it as ``hung``.
 
 After each failure a newer, incomplete checkpoint is put next to the
 complete ones (what a node dying mid-save leaves); the daemon must skip it,
@@ -440,9 +443,40 @@ def other_exit_one_rank(user, devcluster):
     return dict(first=first, first_state=state, report=report, tracked=user.tracked())
 
 
+def hang(user, devcluster):
+    """One process on gamma that stops making progress after step 20 (a rank stuck in a collective): its
+    heartbeat and checkpoints stand still.  With --hang-timeout 0:20, cron's `daemon once` every few
+    seconds must end it about 20 s after its last heartbeat, never sooner, and restart it from step 20."""
+    first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5, "--hang-timeout", "0:20",
+                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 0.5,
+                                 "--first-attempt-hang", 20])
+    user.running(first["job_id"])
+    user.checkpointed(20, first["job_id"])
+    until("the program's hang", lambda: "hang rank=0 step=20:" in user.output(first["job_id"]), 60, interval=0.2)
+    hung_at = time.monotonic()
+    user.note("hung")
+
+    def marked():             # the cycle that finds the hang marks the attempt, then cancels it
+        user.once()
+        return user.tracked()["attempts"][0]["ended_by"]
+    until("the daemon to end the hung job", marked, 120, interval=2.0)
+    detected = time.monotonic() - hung_at
+    state = user.ended(first["job_id"])
+    found = user.settled()
+    partial = user.partial_after(found)
+    report = user.once()
+    assert report["finished"] == [[first["tracked_id"], "CANCELLED"]] and len(report["restarted"]) == 1, report
+    tracked = user.tracked()
+    second = tracked["attempts"][1]
+    second_state = user.ended(second["job_id"])
+    return dict(first=first, first_state=state, detected=detected, found=found, partial=partial, tracked=tracked,
+                second=second, second_state=second_state, final=user.finish())
+
+
 SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemption), "timeout": ("gamma", time_limit),
              "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit),
-             "transient_rank": ("gamma", transient_exit_one_rank), "other_rank": ("gamma", other_exit_one_rank)}
+             "transient_rank": ("gamma", transient_exit_one_rank), "other_rank": ("gamma", other_exit_one_rank),
+             "hang": ("gamma", hang)}
 
 
 def scenario_test(key):
@@ -921,6 +955,21 @@ def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     assert result["found"].step == int(stops[0][1])          # the checkpoint it wrote on USR1
     assert "time limit with a newer checkpoint" in first["decision"]
     check_restart(result, user, "timeout", steps=200, world=2)
+
+
+@scenario_test("hang")
+def test_a_job_that_stops_making_progress_is_ended_and_restarted_from_its_checkpoint(scenarios):
+    scenario = scenarios["hang"]
+    result = scenario.outcome()
+    first = result["final"]["attempts"][0]
+    assert result["first_state"] == "CANCELLED"
+    assert first["ended_by"].startswith("hung: no progress for ") and "the hang timeout is 20 s" in first["ended_by"]
+    assert first["decision"].startswith("ended by the daemon: no progress for ")
+    # The heartbeat is written every 5 s at most, so the last one came 0-5 s before the hang: ended
+    # 20 s after it, plus a cycle of cron's `daemon once` (every 2 s here) and a loaded machine's lag.
+    assert 12 <= result["detected"] <= 60, result["detected"]
+    assert result["found"].step == 20
+    check_restart(result, scenario.user, "hung", steps=60, world=1)
 
 
 @scenario_test("transient")

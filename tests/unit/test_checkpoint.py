@@ -492,3 +492,22 @@ def test_import_is_stdlib_only_and_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "['slurmkit', 'slurmkit.checkpoint']"
+
+
+def test_the_heartbeat_writes_at_most_every_few_seconds_and_only_in_a_tracked_job(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURMKIT_HEARTBEAT", raising=False)
+    monkeypatch.setattr(checkpoint, "_last_beat", [None])
+    assert checkpoint.heartbeat(1) is False                       # outside such a job: nothing
+    path = tmp_path / "beat"
+    monkeypatch.setenv("SLURMKIT_HEARTBEAT", str(path))
+    now = [100.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
+    assert checkpoint.heartbeat(1) is True and path.read_text().split()[1] == "1"
+    now[0] += 4.9
+    assert checkpoint.heartbeat(2) is False and path.read_text().split()[1] == "1"
+    now[0] += 0.2
+    assert checkpoint.heartbeat(3) is True and path.read_text().split()[1] == "3"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["beat"]   # written by rename: no temporary left
+    monkeypatch.setenv("SLURMKIT_HEARTBEAT", str(tmp_path / "gone" / "beat"))
+    now[0] += 10
+    assert checkpoint.heartbeat(4) is False                       # a vanished directory never raises

@@ -396,3 +396,127 @@ def test_a_live_jobs_end_time_in_squeue_json_is_not_an_end():
     [failed] = parsers.parse_squeue_json(json.dumps({"jobs": [dict(base, job_state="FAILED", exit_code=256)]}))
     assert running.end_time is None       # when its time limit would end it
     assert failed.end_time.timestamp() == 1796043600 and failed.to_dict()["end_time"] == failed.end_time.isoformat()
+
+
+# ---------------------------------------------------------------- a job that stops making progress
+
+def beat(world, job, at_ns):
+    """The job's heartbeat, its directory's time set explicitly (the file server's clock: two beats
+    within a few milliseconds of each other would otherwise leave the same time)."""
+    path = checkpoint.heartbeat_path(str(world.ckpt), job)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    assert checkpoint.heartbeat(step=at_ns % 1000, path=path, every=0)
+    os.utime(os.path.dirname(path), ns=(at_ns, at_ns))
+
+
+def test_a_job_whose_heartbeat_and_checkpoints_stop_is_cancelled_and_restarted_as_hung(world):
+    tid, job = world.track(hang_timeout_s=600)
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    world.save(10)
+    # Making progress for longer than the timeout: a heartbeat every 5 minutes is enough.
+    for k in range(1, 5):
+        beat(world, job, k * 10 ** 9)
+        world.daemon.cycle()
+        assert world.job(tid).current.ended_by == "" and world.alpha.table[job].state == "RUNNING"
+        world.clock.advance(300)
+    # Then nothing moves: not yet at 599 s after the last change the daemon saw ...
+    report = world.daemon.cycle()
+    assert report.next_hang == pytest.approx(world.clock.time() + 300)
+    world.clock.advance(299)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "RUNNING"
+    # ... ended at 600 s: marked first, then cancelled; the next cycle restarts it from its checkpoint.
+    world.clock.advance(2)
+    world.daemon.cycle()
+    attempt = world.job(tid).attempts[0]
+    assert attempt.ended_by.startswith("hung: no progress for 601 s (the hang timeout is 600 s)")
+    assert "(in %s) nor its checkpoint directory changed" % (world.ckpt / ".slurmkit" / "heartbeat") in attempt.ended_by
+    assert world.alpha.table[job].state == "CANCELLED"
+    report = world.daemon.cycle()
+    assert report.finished == [(tid, "CANCELLED")] and len(report.restarted) == 1
+    tracked = world.job(tid)
+    first, second = tracked.attempts
+    assert first.cause == "hung" and first.decision.startswith("ended by the daemon: no progress for 601 s")
+    assert second.resume_from == str(world.ckpt / "step-000010") and second.phase == "submitted"
+    assert any("cancelling it" in e["message"] for e in tracked.events)
+
+
+def test_a_new_checkpoint_counts_as_progress_and_no_timeout_means_no_watch(world):
+    tid, job = world.track(hang_timeout_s=600)
+    other, other_job = world.track()                  # no hang timeout of its own, none at the site
+    for j in (job, other_job):
+        world.alpha.set_state(j, "RUNNING")
+    for step in (10, 20, 30):
+        world.daemon.cycle()
+        world.clock.advance(500)
+        world.save(step)                               # no heartbeat at all: checkpoints alone
+        os.utime(str(world.ckpt), ns=(step * 10 ** 9, step * 10 ** 9))
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "RUNNING" and world.alpha.table[other_job].state == "RUNNING"
+    world.clock.advance(3600)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "CANCELLED" and world.alpha.table[other_job].state == "RUNNING"
+
+
+def test_a_hang_verdict_written_before_a_crash_is_carried_out_and_a_persons_cancel_stays_final(world):
+    tid, job = world.track(hang_timeout_s=60)
+    world.alpha.set_state(job, "RUNNING")
+    aid = world.job(tid).attempts[0].id
+    world.journal.end_as_hung(aid, "hung: no progress for 61 s")     # then the daemon was killed
+    world.daemon.cycle()                                              # a fresh daemon cancels it
+    assert world.alpha.table[job].state == "CANCELLED"
+    world.daemon.cycle()
+    assert world.job(tid).attempts[0].cause == "hung" and len(world.job(tid).attempts) == 2
+    # A cancel of someone else's making is never undone.
+    tid2, job2 = world.track(hang_timeout_s=60)
+    world.alpha.set_state(job2, "RUNNING")
+    world.alpha.finish(job2, "CANCELLED")
+    world.daemon.cycle()
+    assert world.job(tid2).state == "stopped" and world.job(tid2).attempts[0].cause == "cancelled"
+
+
+def test_a_job_that_hangs_every_time_is_stopped_by_its_budget(world):
+    tid, job = world.track(hang_timeout_s=60)
+    for number in range(1, 5):
+        current = world.job(tid).current
+        world.alpha.set_state(current.job_id, "RUNNING")
+        world.daemon.cycle()
+        world.clock.advance(200)              # past quick_failure_s too: not a crash loop
+        world.daemon.cycle()                  # cancelled
+        world.daemon.cycle()                  # decided
+        world.clock.advance(1000)             # past any backoff
+        world.daemon.cycle()                  # the next attempt submitted
+    tracked = world.job(tid)
+    assert tracked.state == "stopped" and [a.cause for a in tracked.attempts] == ["hung"] * 4
+    assert "hung 4 times; the budget for hung is 3" in tracked.reason
+
+
+def test_the_sites_hang_timeout_applies_unless_the_job_has_its_own(world):
+    from types import SimpleNamespace
+
+    site = SimpleNamespace(requeue=SimpleNamespace(hang_timeout=900))
+    daemon = Daemon(world.journal, sessions=lambda s: SimpleNamespace(site=site), submit_attempt=world.submit)
+    tid, _ = world.track()
+    own, _ = world.track(hang_timeout_s=0)
+    assert daemon.hang_timeout(world.job(tid)) == 900 and daemon.hang_timeout(world.job(own)) == 0
+
+
+def test_the_wait_between_cycles_ends_when_a_job_may_be_found_hung(world):
+    world.daemon.interval = 60
+    soon = world.clock.time() + 12
+    assert world.daemon.next_interval(CycleReport(next_hang=soon)) == pytest.approx(12)
+
+
+def test_a_new_daemon_each_cycle_as_crons_daemon_once_still_finds_the_hang(world):
+    tid, job = world.track(hang_timeout_s=120)
+    world.alpha.set_state(job, "RUNNING")
+    beat(world, job, 10 ** 9)
+
+    def once():
+        Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+               clock=world.clock.time, sleep=world.clock.sleep).cycle()
+    for _ in range(3):                       # one process per minute, nothing moves after the first
+        once()
+        world.clock.advance(60)
+    assert world.alpha.table[job].state == "CANCELLED"
+    assert world.job(tid).attempts[0].ended_by.startswith("hung: no progress for 120 s")

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from slurmkit.errors import SlurmkitError
+from slurmkit.requeue import journal as journal_module
 from slurmkit.requeue.journal import Journal
 
 
@@ -127,3 +128,35 @@ def test_readers_see_committed_steps_while_a_writer_holds_the_journal(tmp_path):
 def test_unknown_job_is_an_error(journal):
     with pytest.raises(SlurmkitError, match="no tracked job 42"):
         journal.job(42)
+
+
+def test_a_journal_of_the_first_schema_is_brought_up_to_date_and_keeps_its_jobs(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "old.db")
+    old = sqlite3.connect(path)
+    schema = journal_module._SCHEMA
+    for column in ("ended_by TEXT NOT NULL DEFAULT '',", "progress TEXT NOT NULL DEFAULT '',",
+                   "progress_since REAL,"):
+        start = schema.index(column)
+        schema = schema[:start] + schema[schema.index("\n", start) + 1:]
+    assert "ended_by" not in schema
+    old.executescript(schema)
+    old.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    old.execute("INSERT INTO tracked (name, site, cluster, spec, checkpoint_dir, created, updated) "
+                "VALUES ('train', 's', 'alpha', '{}', '/c', 1, 1)")
+    old.execute("INSERT INTO attempts (tracked_id, number, token, cluster, job_id, phase, created, updated) "
+                "VALUES (1, 1, 'tok', 'alpha', '7', 'submitted', 1, 1)")
+    old.commit()
+    old.close()
+    journal = Journal(path)
+    try:
+        attempt = journal.job(1).attempts[0]
+        assert attempt.job_id == "7" and attempt.ended_by == "" and attempt.progress_since is None
+        journal.end_as_hung(attempt.id, "hung: test")
+        assert journal.job(1).attempts[0].ended_by == "hung: test"
+        version = journal.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        assert version == str(journal_module.SCHEMA_VERSION) == "2"
+    finally:
+        journal.close()
+    Journal(path).close()                    # opened again: nothing left to migrate, no error

@@ -7,9 +7,10 @@ from slurmkit.requeue.policy import AttemptView, Budget, decide
 
 
 def attempt(number=1, state="NODE_FAIL", exit_code=None, signal=None, reason="", nodes=("an1", "an2"),
-            runtime=600.0, resume_step=None, cause=None):
+            runtime=600.0, resume_step=None, cause=None, ended_by=""):
     return AttemptView(number=number, state=state, exit_code=exit_code, signal=signal, reason=reason, nodes=nodes,
-                       started_at=1000.0, ended_at=1000.0 + runtime, resume_step=resume_step, cause=cause)
+                       started_at=1000.0, ended_at=1000.0 + runtime, resume_step=resume_step, cause=cause,
+                       ended_by=ended_by)
 
 
 @pytest.mark.parametrize("state,exit_code,reason,transient,cause", [
@@ -135,3 +136,19 @@ def test_a_node_failure_whose_node_came_back_excludes_all_of_its_nodes():
     assert d.restart and d.exclude == ("an1", "an2")
     d = decide(attempt(state="PREEMPTED", nodes=("an1",)), [], latest_step=1, unusable_nodes=set())
     assert d.exclude == ()                       # preemption says nothing about the nodes
+
+
+def test_a_cancel_the_daemon_made_for_a_hang_is_restarted_under_its_own_budget():
+    from slurmkit.requeue import policy
+
+    hung = attempt(state="CANCELLED", ended_by="hung: no progress for 900 s (the hang timeout is 900 s)")
+    d = decide(hung, [], latest_step=40)
+    assert d.restart and d.cause == policy.HUNG and d.exclude == ()
+    assert d.reason.startswith("ended by the daemon: no progress for 900 s")
+    # a person's cancel, and a job that completed just as the daemon cancelled it, are what they are
+    assert policy.classify("CANCELLED", 0, 15, "", ended_by="") == policy.CANCELLED
+    assert policy.classify("COMPLETED", 0, None, "", ended_by="hung: x") == policy.COMPLETED
+    history = [attempt(number=n, state="CANCELLED", ended_by="hung: x", cause=policy.HUNG, resume_step=10 * n)
+               for n in (1, 2, 3)]
+    last = decide(attempt(number=4, state="CANCELLED", ended_by="hung: x", resume_step=40), history, latest_step=50)
+    assert not last.restart and "hung 4 times; the budget for hung is 3" in last.reason

@@ -11,6 +11,7 @@ taken from a real rendered script and run in bash.
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -206,3 +207,19 @@ def test_the_multi_process_templates_start_each_worker_under_the_wrapper(templat
     # Without the requeue daemon the scripts are as they were: no wrapper, no step directory.
     untracked = render.render(site, cluster, partition, plain).script
     assert "slurmkit_worker" not in untracked and "SLURMKIT_STEP_DIR" not in untracked
+
+
+def test_the_program_finds_its_heartbeat_where_the_daemon_reads_it(tmp_path):
+    from slurmkit import checkpoint
+    from slurmkit.requeue.daemon import progress_marker
+
+    ckpt = tmp_path / "ckpt"
+    before = progress_marker(str(ckpt))
+    beat = ('import os, sys; from slurmkit import checkpoint; print(os.environ["SLURMKIT_HEARTBEAT"]); '
+            'sys.exit(0 if checkpoint.heartbeat(7) else 9)')
+    proc = _bash('slurmkit_run_step "$@"\n', sys.executable, "-c", beat, checkpoint_dir=ckpt)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == checkpoint.heartbeat_path(str(ckpt), "4711") == str(ckpt / ".slurmkit/heartbeat/4711")
+    assert (ckpt / ".slurmkit" / "heartbeat" / "4711").read_text().split()[1] == "7"
+    assert progress_marker(str(ckpt)) != before

@@ -329,3 +329,39 @@ def test_task_times_are_read_only_once_they_mean_it_and_lines_without_them_still
     assert (tasks[2].start_time, tasks[2].end_time, tasks[2].exit_code) == (at, at + 7, 3)
     assert (tasks[3].state, tasks[3].comment, tasks[3].start_time) == ("COMPLETED", "slurmkit:t", None)
     assert all(t.comment == "slurmkit:t" for t in tasks.values())
+
+
+def test_a_task_that_stops_making_progress_is_cancelled_alone_and_restarted_from_its_checkpoint(world):
+    from slurmkit.requeue.tracking import budget_overrides
+
+    world.submit(**budget_overrides(hang_timeout="2"))          # two minutes
+    (array,) = world.alpha.arrays.values()
+    points = rows(array.script)
+    for index in points:
+        world.alpha.set_state(world.alpha.task(array.job_id, index).job_id, "RUNNING")
+    world.save(points[1], 10)
+    beats = {}
+
+    def beat(index, when):                                     # the heartbeat directory, as the job's writes leave it
+        path = world.point_dir(points[index]) / "checkpoint" / ".slurmkit" / "heartbeat"
+        path.mkdir(parents=True, exist_ok=True)
+        os.utime(str(path), ns=(when, when))
+        beats[index] = when
+    cancelled_at = None
+    for minute in range(5):
+        for index in points:
+            if index != 1 or minute == 0:                      # task 1's last beat is in the first minute
+                beat(index, (minute + 1) * 10 ** 9)
+        world.daemon.cycle()
+        if cancelled_at is None and world.alpha.task(array.job_id, 1).state == "CANCELLED":
+            cancelled_at = minute
+        world.clock.advance(60)
+    assert cancelled_at == 2                                   # two minutes after the last beat it saw, not sooner
+    tasks = {i: world.alpha.task(array.job_id, i).state for i in points}
+    assert tasks == {0: "RUNNING", 1: "CANCELLED", 2: "RUNNING", 3: "RUNNING"}, tasks
+    first = world.tracked()[points[1]].attempts[0]
+    assert first.cause == "hung" and first.ended_by.startswith("hung: no progress for 120 s")
+    assert [len(t.attempts) for p, t in sorted(world.tracked().items())].count(2) == 1
+    (restart,) = [a for a in world.alpha.arrays.values() if a.job_id != array.job_id]
+    assert restart.indices == [1] and "export SLURMKIT_RESUME_FROM=%s" % (
+        world.point_dir(points[1]) / "checkpoint" / "step-000010") in restart.script
