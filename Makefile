@@ -19,6 +19,7 @@ help:
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
 	@echo "make cluster-up SCALE=1024   the opt-in 1,024-node scale cluster instead (devcluster/scale.py); make bench-scale"
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
+	@echo "make bench-goodput   goodput of a real DDP job under a failure mix: slurmkit, Slurm's --requeue, an afterany chain"
 
 # Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
 install-python:
@@ -80,6 +81,13 @@ bench: venv compile cluster-up
 	$(PY) bench/bench_health.py
 	$(PY) bench/bench_requeue.py
 	$(PY) bench/bench_sweep.py
+
+# Goodput of a real training job under a mix of injected failures, for slurmkit's daemon,
+# Slurm's own --requeue and a blind afterany chain, one after the other (about 25 minutes;
+# BENCH_GOODPUT_WALL, BENCH_GOODPUT_SPACING, BENCH_GOODPUT_CONTENDERS).  .bench/goodput.json.
+.PHONY: bench-goodput
+bench-goodput: venv-train compile cluster-up
+	$(PY) bench/bench_goodput.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -79,6 +79,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds a collective (and the rendezvous) may wait for a peer")
     p.add_argument("--log-every", type=int, default=10, help="rank 0 prints the training loss")
+    p.add_argument("--step-seconds", type=float, default=0.0, metavar="S",
+                   help="sleep S seconds after every step of every attempt: a model whose step takes that long "
+                        "(make bench-goodput times useful work by steps)")
     p.add_argument("--self-signal-at", type=int, default=None, metavar="STEP",
                    help="testing: rank 0 sends itself SIGUSR1 after this step, as Slurm would")
     # The first attempt of a job under slurmkit's requeue daemon (SLURMKIT_ATTEMPT 1, or
@@ -292,8 +295,8 @@ def main(argv=None):
         loss.backward()                                          # DDP averages the gradients
         opt.step()
         step += 1
-        if pace:
-            time.sleep(pace)
+        if pace or args.step_seconds:
+            time.sleep(pace or args.step_seconds)
         if rank == 0 and args.log_every and step % args.log_every == 0:
             say("step=%d train_loss=%.6f" % (step, loss.item()))
         if rank == 0 and ckpt is not None:

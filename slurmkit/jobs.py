@@ -493,6 +493,7 @@ def summary(session: Session, ref: JobRef, job: "JobInfo", check_output: bool = 
     under, and ``output_note`` when its output file is not where Slurm says (None otherwise)."""
     from slurmkit.outputs import output_note
     from slurmkit.script import topology
+    from slurmkit.session import reach
 
     cluster = session.site.cluster(ref.cluster)
     try:
@@ -502,8 +503,9 @@ def summary(session: Session, ref: JobRef, job: "JobInfo", check_output: bool = 
     note = None
     if check_output and job.stdout:
         try:
+            local = reach(cluster) == "local"
             note = output_note(job.stdout, job.state, lambda p: output_exists(session, ref.cluster, p),
-                               reason=job.reason)
+                               reason=job.reason, signal=job.signal, refuses=_refuses_new_files if local else None)
         except SlurmkitError:
             note = None     # cannot look: say nothing rather than something wrong
     return dict(job.to_dict(), id=str(ref), leaf_switches=leaves, output_note=note)
@@ -518,7 +520,8 @@ def output_notes(session: Session, found) -> List[str]:
     notes = []
     for ref, job in found:
         if job.finished and job.stdout and reach(session.site.cluster(ref.cluster)) == "local":
-            note = output_note(job.stdout, job.state, reason=job.reason)
+            note = output_note(job.stdout, job.state, reason=job.reason, signal=job.signal,
+                               refuses=_refuses_new_files)
             if note:
                 notes.append("%s: %s" % (ref, note))
     return notes

@@ -174,7 +174,10 @@ def test_a_working_directory_that_takes_no_files_is_refused_and_a_job_launched_t
     try:
         waited = slurmkit("wait", "--timeout", "90", "alpha:" + job_id)
         assert waited.returncode == 1 and "FAILED" in waited.stdout, waited.stdout + waited.stderr
-        assert "Slurm could not launch the job (JobLaunchFailure)" in waited.stderr, waited.stderr
+        # 22.05 and 24.11 say JobLaunchFailure (ExitCode 0:53); 26.05 says neither: the directory is tried
+        assert ("Slurm could not launch the job (JobLaunchFailure)" in waited.stderr
+                or "its directory /proc takes no new files (a kernel file system such as /proc), so Slurm could "
+                   "not create it" in waited.stderr), waited.stderr
     finally:
         cancel("alpha", job_id)
 

@@ -570,3 +570,11 @@ def test_output_note_says_when_and_why_the_output_file_is_missing(tmp_path):
     launch = output_note("/proc/slurmkit-x-9.out", "FAILED", reason="JobLaunchFailure")
     assert "Slurm could not launch the job (JobLaunchFailure)" in launch and "/proc is read-only there" in launch
     assert "slurmd log" in launch and "--output/-o" in launch
+    # 26.05 gives no reason, only ExitCode 0:53 (Slurm's SIG_FAILURE)
+    assert output_note("/proc/slurm-9.out", "FAILED", reason="None", signal=53) == launch.replace("slurmkit-x-", "slurm-")
+    assert "removed" in output_note("/x/slurm-9.out", "FAILED", exists=lambda p: p == "/x", signal=9)
+    # where the directory can be tried here: why it takes no file, whatever Slurm said
+    refused = output_note("/x/slurm-9.out", "FAILED", exists=lambda p: p == "/x",
+                          refuses=lambda d: "is on a read-only file system" if d == "/x" else None)
+    assert refused.startswith("output file /x/slurm-9.out does not exist: its directory /x is on a read-only file "
+                              "system, so Slurm could not create it")
