@@ -63,9 +63,12 @@ CLUSTER = "beta"
 WALL = float(os.environ.get("BENCH_GOODPUT_WALL", "480"))
 SPACING = float(os.environ.get("BENCH_GOODPUT_SPACING", "55"))
 STEP_SECONDS = 0.5
+LATE = 15.0                            # an attempt that ended this close to the wall's end had no time to restart
 CHECKPOINT_EVERY = 10                  # steps: 5 s of work
 TIME_LIMIT = "5"                       # minutes, each attempt
-HANG_TIMEOUT = "0:30"
+# Longer than an attempt's start on two shared cores (four processes importing torch at once, then
+# the rendezvous: 20-40 s), which counts against it: no heartbeat comes before the first step.
+HANG_TIMEOUT = "1:00"
 FAILURES = ["node_fail", "worker_kill", "hang", "daemon_kill", "time_limit", "sshd_gone", "preempt", "node_fail"]
 CONTENDERS = [c for c in os.environ.get("BENCH_GOODPUT_CONTENDERS", "slurmkit,slurm-requeue,afterany").split(",")]
 STEP_RE = re.compile(r"^step=(\d+) ", re.M)
@@ -114,8 +117,11 @@ def worker_pid(job_id, rank):
             cmd = open("/proc/%s/cmdline" % pid, "rb").read()
         except OSError:
             continue
+        argv = cmd.split(b"\0")
+        # the Python worker itself: not torchrun, not the bash wrapper that records how it ended
         if (b"SLURM_JOB_ID=%s" % job_id.encode() in env and b"RANK=%d" % rank in env
-                and b"ddp_train.py" in cmd and b"torch.distributed.run" not in cmd):
+                and os.path.basename(argv[0]).startswith(b"python") and b"ddp_train.py" in cmd
+                and b"torch.distributed.run" not in cmd):
             return int(pid)
     return None
 
@@ -140,7 +146,8 @@ class Run:
                         SLURMKIT_STATE_DIR=str(self.work / "state"), SLURMKIT_VIA="ssh",
                         SLURMKIT_SITE=str(self.work / "site.yaml"))
         (self.work / "home").mkdir()
-        site = (ROOT / "site_configs" / "local.yaml").read_text()
+        # local.yaml's paths are relative to its folder: the copy lives elsewhere.
+        site = (ROOT / "site_configs" / "local.yaml").read_text().replace("../.devcluster/", str(STATE) + "/")
         # 137: a worker killed (the OOM killer, an Xid handler) is worth a restart at this site.
         site = site.replace("transient_exit_codes: [42]", "transient_exit_codes: [42, 137]")
         (self.work / "site.yaml").write_text(site)
@@ -333,6 +340,8 @@ def analyse(run, wall_end_epoch):
             continue
         state, _nodes, _submit, _start, end = jobs[job]
         ended = slurm_time(end) if state in FINISHED else None
+        if ended is not None and ended >= wall_end_epoch - 1:
+            ended, state = None, "RUNNING"        # ended by the bench's own cancel at the wall's end
         injected = epoch0 + f["t"]
         later = [j for j in order if int(j) > int(job)]
         if ended is None and not later:
@@ -346,10 +355,12 @@ def analyse(run, wall_end_epoch):
         nxt = later[0] if later else None
         if nxt is None:
             started_again = slurm_time(jobs[job][3])
-            if not (state not in FINISHED and started_again and started_again > injected):
-                f["lost_restart"] = True
-            else:
+            if state not in FINISHED and started_again and started_again > injected:
                 f["requeued_by_slurm"] = True
+            elif ended is not None and ended > wall_end_epoch - LATE:
+                f["ended_too_late_to_restart"] = True
+            else:
+                f["lost_restart"] = True
             continue
         queued, started = slurm_time(jobs[nxt][2]), slurm_time(jobs[nxt][3])
         base = ended if ended is not None else injected
@@ -410,7 +421,8 @@ def run_one(contender, work):
     for f in failures:
         print("     %-11s t=%5.1f %s" % (f["kind"], f["t"], ", ".join(
             "%s=%s" % (k, f[k]) for k in ("ended_state", "detection_s", "restart_s", "start_s", "work_lost_s",
-                                          "skipped", "lost_restart") if k in f)), flush=True)
+                                          "skipped", "lost_restart", "requeued_by_slurm", "ended_too_late_to_restart")
+            if k in f)), flush=True)
     return result
 
 
