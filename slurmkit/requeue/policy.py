@@ -17,7 +17,8 @@ Slurm state and reason, the nodes, and whether the checkpoints moved:
 - ``COMPLETED``, a cancel (a person said stop) and every other failure are not.
 
 Budgets keep a broken job from running forever: a total, one per cause, a
-crash loop (attempts that keep failing soon after they start) and attempts
+crash loop (attempts that keep failing with a transient exit code soon after
+they start) and attempts
 that make no checkpoint progress end the job with a reason.  Restarts of the
 same cause back off exponentially after the first, which is immediate (a
 node failure should cost one poll interval, not minutes).  Nodes that were
@@ -175,10 +176,14 @@ def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Op
             cause, len(same), cause, budget.allowed(cause)))
 
     chain = list(earlier) + [attempt]
-    if cause not in INFRASTRUCTURE:
+    if cause == TRANSIENT_EXIT:
+        # A crash loop is the program failing soon after it starts, again and again.  A time
+        # limit met with a saved checkpoint and a hang the daemon ended are no crash, however
+        # soon they come (a compressed failure mix ran every attempt under two minutes): they
+        # end the run of quick failures, as an infrastructure failure does.
         quick = 0
         for a in reversed(chain):
-            if a.cause in INFRASTRUCTURE and a is not attempt:
+            if a is not attempt and a.cause != TRANSIENT_EXIT:
                 break
             if a.runtime is not None and a.runtime < budget.quick_failure_s:
                 quick += 1

@@ -1,5 +1,7 @@
 """The requeue policy: which failures are restarted, budgets, crash loops, progress, backoff, exclusions."""
 
+import dataclasses
+
 import pytest
 
 from slurmkit.requeue import policy
@@ -94,6 +96,27 @@ def test_crash_loop_is_stopped():
             assert "crash loop" in d.reason
             break
     assert results == [True, True, False]
+
+
+def test_a_saved_time_limit_and_an_ended_hang_are_no_crash_however_soon():
+    # What bench-goodput's compressed mix made: a quick transient exit, a hang the daemon ended
+    # a minute in, then a time limit saved a minute in: three short attempts, no crash loop.
+    budget = Budget(max_quick_failures=3, quick_failure_s=120, per_cause={policy.TRANSIENT_EXIT: 10,
+                                                                        policy.TIMEOUT: 10, policy.HUNG: 3})
+    history = [attempt(number=1, state="NODE_FAIL", runtime=60, cause=policy.NODE_FAIL, resume_step=None),
+               attempt(number=2, state="FAILED", exit_code=137, runtime=50, cause=policy.TRANSIENT_EXIT,
+                       resume_step=10),
+               attempt(number=3, state="CANCELLED", ended_by="hung: x", runtime=80, cause=policy.HUNG,
+                       resume_step=20)]
+    saved = attempt(number=4, state="TIMEOUT", runtime=70, resume_step=30)
+    assert decide(saved, history, latest_step=40, budget=budget, transient_codes={137}).restart
+    # three quick transient exits in a row still are one
+    quick = [attempt(number=n, state="FAILED", exit_code=137, runtime=30, cause=policy.TRANSIENT_EXIT,
+                     resume_step=10 * n) for n in (4, 5)]
+    loop = decide(attempt(number=6, state="FAILED", exit_code=137, runtime=30, resume_step=60),
+                  history + [dataclasses.replace(saved, cause=policy.TIMEOUT)] + quick, latest_step=70,
+                  budget=budget, transient_codes={137})
+    assert not loop.restart and "crash loop" in loop.reason
 
 
 def test_slow_failures_are_not_a_crash_loop():
