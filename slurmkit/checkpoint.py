@@ -107,7 +107,7 @@ import time
 __all__ = [
     "MARKER", "EXIT_SAVED", "CONVENTIONS", "Latest", "StopFlag",
     "checkpoint_dir", "distributed_checkpoint_dir", "save", "step_path",
-    "latest", "resume_path", "checkpoint_root", "attempt", "step_of", "heartbeat", "heartbeat_path",
+    "latest", "resume_path", "checkpoint_root", "attempt", "step_of", "heartbeat", "heartbeat_dir", "heartbeat_path",
 ]
 
 #: Name of the completion marker inside a checkpoint directory.
@@ -516,10 +516,15 @@ def resume_path(root=None, conventions=CONVENTIONS, log=sys.stderr):
     return found.path
 
 
+def heartbeat_dir(root):
+    """Where the heartbeats of the jobs checkpointing under ``root`` are (the daemon watches it)."""
+    return os.path.join(root, ".slurmkit", "heartbeat")
+
+
 def heartbeat_path(root, job_id):
     """The heartbeat file of job ``job_id`` under checkpoint directory ``root`` (the job template
-    exports it as ``SLURMKIT_HEARTBEAT``; the daemon reads it there)."""
-    return os.path.join(root, ".slurmkit", "heartbeat", str(job_id))
+    exports it as ``SLURMKIT_HEARTBEAT``)."""
+    return os.path.join(heartbeat_dir(root), str(job_id))
 
 
 # When this process last wrote its heartbeat (time.monotonic()): see heartbeat().

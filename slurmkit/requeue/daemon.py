@@ -272,6 +272,8 @@ class Daemon:
         timeout = self.hang_timeout(tracked)
         if timeout <= 0:
             return
+        from slurmkit import checkpoint
+
         now = self.clock()
         marker = self.progress(tracked.checkpoint_dir)
         since = attempt.progress_since
@@ -283,9 +285,10 @@ class Daemon:
             if report.next_hang is None or due < report.next_hang:
                 report.next_hang = due
             return
+        where = checkpoint.heartbeat_dir(tracked.checkpoint_dir)
         attempt.ended_by = "%s: no progress for %.0f s (the hang timeout is %.0f s): neither its heartbeat " \
-                           "(in %s) nor its checkpoint directory changed" % (
-                               policy.HUNG_MARK, now - since, timeout, heartbeat_dir(tracked.checkpoint_dir))
+                           "(in %s) nor its checkpoint directory changed" % (policy.HUNG_MARK, now - since,
+                                                                              timeout, where)
         self.journal.end_as_hung(attempt.id, attempt.ended_by)
         self.journal.event(tracked.id, "attempt %d (%s:%s) %s; cancelling it" % (
             attempt.number, attempt.cluster, attempt.job_id, attempt.ended_by))
@@ -478,13 +481,6 @@ def _view(a: Attempt) -> policy.AttemptView:
                               cause=a.cause or None, ended_by=a.ended_by or "")
 
 
-def heartbeat_dir(checkpoint_dir: str) -> str:
-    """Where a tracked job's heartbeats are (the job template exports SLURMKIT_HEARTBEAT in it)."""
-    from slurmkit import checkpoint
-
-    return os.path.dirname(checkpoint.heartbeat_path(checkpoint_dir, "0"))
-
-
 def progress_marker(checkpoint_dir: str) -> str:
     """What changes while an attempt makes progress: the time of its heartbeat directory (each beat is
     renamed into place there, whatever the job id: an array task's SLURM_JOB_ID is not A_I) and of its
@@ -495,6 +491,8 @@ def progress_marker(checkpoint_dir: str) -> str:
             return str(os.stat(path).st_mtime_ns)
         except OSError:
             return "-"
+    from slurmkit.checkpoint import heartbeat_dir
+
     return "heartbeat %s checkpoints %s" % (stamp(heartbeat_dir(checkpoint_dir)), stamp(checkpoint_dir))
 
 
