@@ -338,30 +338,25 @@ def analyse(run, wall_end_epoch):
         job = f.get("job")
         if "skipped" in f or job is None or job not in jobs:
             continue
+        if f["kind"] in ("daemon_kill", "sshd_gone"):
+            # nothing of the job fails: what counts is that no restart is lost or made twice meanwhile
+            f["job_state_after"] = jobs[job][0]
+            continue
+        later = [j for j in order if int(j) > int(job)]
+        if not later:
+            _same_job(run, f, job)
+            continue
         state, _nodes, _submit, _start, end = jobs[job]
         ended = slurm_time(end) if state in FINISHED else None
         if ended is not None and ended >= wall_end_epoch - 1:
             ended, state = None, "RUNNING"        # ended by the bench's own cancel at the wall's end
         injected = epoch0 + f["t"]
-        later = [j for j in order if int(j) > int(job)]
-        if ended is None and not later:
-            f["ended_state"] = "still %s" % state
-            continue
         if ended is None:                    # ended, and the next one exists: its record is gone or moved
             f["ended_state"] = "requeued or gone (%s)" % state
         else:
             f["ended_state"] = state
             f["detection_s"] = round(max(0.0, ended - injected), 1)
-        nxt = later[0] if later else None
-        if nxt is None:
-            started_again = slurm_time(jobs[job][3])
-            if state not in FINISHED and started_again and started_again > injected:
-                f["requeued_by_slurm"] = True
-            elif ended is not None and ended > wall_end_epoch - LATE:
-                f["ended_too_late_to_restart"] = True
-            else:
-                f["lost_restart"] = True
-            continue
+        nxt = later[0]
         queued, started = slurm_time(jobs[nxt][2]), slurm_time(jobs[nxt][3])
         base = ended if ended is not None else injected
         f["next_job"] = nxt
@@ -374,6 +369,26 @@ def analyse(run, wall_end_epoch):
         if done:
             f["work_lost_s"] = round(max(0, int(done[-1]) - (int(resumed[0]) if resumed else 0)) * STEP_SECONDS, 1)
     return run.failures
+
+
+def _same_job(run, f, job):
+    """A failure after which no new job came: from the bench's own samples (one a second), whether
+    the job left RUNNING, and whether it ran again under the same id (Slurm's own requeue)."""
+    after = [(t, states.get(job)) for t, states in run.samples if t > f["t"]]
+    left = next(((t, s) for t, s in after if s != "RUNNING"), None)
+    if left is None:
+        f["ended_state"] = "still RUNNING"
+        return
+    f["ended_state"] = left[1] or "gone"
+    f["detection_s"] = round(left[0] - f["t"], 1)
+    back = next((t for t, s in after if t > left[0] and s == "RUNNING"), None)
+    if back is not None:
+        f["requeued_by_slurm"] = True
+        f["start_s"] = round(back - left[0], 1)
+    elif left[0] > WALL - LATE:
+        f["ended_too_late_to_restart"] = True
+    else:
+        f["lost_restart"] = True
 
 
 def duplicates(run):
@@ -418,11 +433,11 @@ def run_one(contender, work):
     print("   %s: goodput %.1f %% (%d steps of %.1f s in %d s), %d attempts, %d restarts lost, %d samples with "
           "two alive" % (contender, 100 * goodput, step, STEP_SECONDS, WALL, result["attempts"],
                          result["restarts_lost"], result["duplicated_samples"]), flush=True)
+    shown = ("ended_state", "job_state_after", "detection_s", "restart_s", "start_s", "work_lost_s", "skipped",
+             "lost_restart", "requeued_by_slurm", "ended_too_late_to_restart")
     for f in failures:
-        print("     %-11s t=%5.1f %s" % (f["kind"], f["t"], ", ".join(
-            "%s=%s" % (k, f[k]) for k in ("ended_state", "detection_s", "restart_s", "start_s", "work_lost_s",
-                                          "skipped", "lost_restart", "requeued_by_slurm", "ended_too_late_to_restart")
-            if k in f)), flush=True)
+        print("     %-11s t=%5.1f %s" % (f["kind"], f["t"], ", ".join("%s=%s" % (k, f[k]) for k in shown if k in f)),
+              flush=True)
     return result
 
 
