@@ -69,6 +69,11 @@ TIME_LIMIT = "5"                       # minutes, each attempt
 # Longer than an attempt's start on two shared cores (four processes importing torch at once, then
 # the rendezvous: 20-40 s), which counts against it: no heartbeat comes before the first step.
 HANG_TIMEOUT = "1:00"
+# gloo's own timeout of a collective, above the hang timeout and a daemon cycle: at 60 s, as the
+# hang timeout, a stopped rank made the others fail (exit 1, not a transient code) just as the
+# daemon was about to end the job for its hang, and it stopped tracking it.  NCCL's default is
+# 10 minutes; a site that keeps it short lists the launcher's exit code as transient.
+COLLECTIVE_TIMEOUT = 300
 FAILURES = ["node_fail", "worker_kill", "hang", "daemon_kill", "time_limit", "sshd_gone", "preempt", "node_fail"]
 CONTENDERS = [c for c in os.environ.get("BENCH_GOODPUT_CONTENDERS", "slurmkit,slurm-requeue,afterany").split(",")]
 STEP_RE = re.compile(r"^step=(\d+) ", re.M)
@@ -163,7 +168,7 @@ class Run:
 
     def command(self):
         return [PYTHON, TRAIN, "--steps", "100000", "--step-seconds", STEP_SECONDS, "--checkpoint-every",
-                CHECKPOINT_EVERY, "--log-every", 1, "--timeout", 60, "--checkpoint-dir", self.ckpt]
+                CHECKPOINT_EVERY, "--log-every", 1, "--timeout", COLLECTIVE_TIMEOUT, "--checkpoint-dir", self.ckpt]
 
     def job_options(self):
         return ["-M", CLUSTER, "-N", 2, "--gpus-per-node", 1, "-T", "torchrun", "-t", TIME_LIMIT, "-J", self.name,
@@ -451,6 +456,7 @@ def main():
     results = [run_one(c, work) for c in CONTENDERS]
     summary = {"wall_s": WALL, "spacing_s": SPACING, "step_seconds": STEP_SECONDS,
                "checkpoint_every": CHECKPOINT_EVERY, "time_limit_min": TIME_LIMIT, "hang_timeout": HANG_TIMEOUT,
+               "collective_timeout_s": COLLECTIVE_TIMEOUT,
                "mix": FAILURES, "results": results}
     (OUT / "goodput.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("\n== goodput (%d s each, a failure every %d s):" % (WALL, SPACING))
