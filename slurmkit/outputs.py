@@ -22,9 +22,9 @@ def output_note(path: Optional[str], state: str = "", exists: Callable[[str], bo
     """None when ``path`` exists (or no path is known), else one line saying what is missing and why.
 
     ``state`` is the job's Slurm state: a job that has not started has no output yet.  ``reason``
-    and ``signal`` are Slurm's: JobLaunchFailure (22.05, 24.11), or signal 53 alone (26.05), with no
-    output file is what a node that could not create the file leaves (a working directory on a
-    read-only or kernel file system, such as /proc).  ``refuses`` says why a directory takes no
+    and ``signal`` are Slurm's: JobLaunchFailure (22.05) or RaisedSignal:53, ExitCode 0:53 (24.11),
+    with no output file, is what a node that could not create the file leaves (a working directory
+    on a read-only or kernel file system, such as /proc).  ``refuses`` says why a directory takes no
     new file, where it can be tried (a cluster used from this machine): 26.05 says nothing at all.
     """
     if not path or exists(path):

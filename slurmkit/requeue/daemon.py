@@ -29,9 +29,9 @@ both restart one failure.
 
 A job that stops making progress is ended too, then restarted like a failure:
 with a hang timeout (the job's ``--hang-timeout``, else the site's
-``requeue.hang_timeout``), a running attempt whose heartbeat file
-(``$SLURMKIT_HEARTBEAT``, which :func:`slurmkit.checkpoint.heartbeat` writes)
-and checkpoint directory have not changed for that long, by the daemon's own
+``requeue.hang_timeout``), a running attempt whose heartbeat directory
+(where :func:`slurmkit.checkpoint.heartbeat` renames ``$SLURMKIT_HEARTBEAT``
+into place) and checkpoint directory have not changed for that long, by the daemon's own
 clock (file times come from the file server's), is marked in the journal and
 cancelled; the policy restarts it as ``hung`` under its own budget.  A hung
 rank or a stuck collective otherwise holds its nodes until the time limit.
