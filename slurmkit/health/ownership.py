@@ -173,55 +173,55 @@ class CapCheck(NamedTuple):
     """Whether a node that just drained itself may keep its drain (:func:`cap_after_drain`)."""
     keep: bool
     note: str = ""                   # why not, for the report
-    retry_in: Optional[float] = None  # seconds to wait before trying once more; None: do not
 
 
 def cap_after_drain(node: str, nodes: Sequence, cap) -> CapCheck:
     """The drain cap, checked again after ``node`` drained itself, against every node as Slurm
-    sees them now (``nodes``, read after the drain).
+    sees them once the second of its drain's stamp is over (``nodes``).
 
     Nodes that check themselves share nothing but Slurm.  Each reads "how many are drained",
     then drains: two that fail in the same second both read "none yet" and both drain.  So
-    each drains first and then counts, by the time slurmctld stamped each drain (the reason's
-    ``[user@time]``): a node keeps its drain only if the drains stamped no later than its own,
-    its own included, fit the cap.  That holds under any interleaving: slurmctld applies
-    updates one at a time and its stamps follow that order, so the last of any set of nodes
-    that kept their drains counted every other one of them, and the set fits the cap.  Drains
-    stamped in the same second count against each other (the stamp has no finer grain), so
-    such a tie at the cap's edge may leave fewer nodes drained than the cap allows, never more:
-    the nodes of the tie that could still fit retry a moment later, one after the other by name.
+    each drains first and then counts.  The drains are put in one order, the same for every
+    node: by the time slurmctld stamped each (the reason's ``[user@time]``), then, within a
+    second (the stamp has no finer grain), by node name.  A node keeps its drain only if the
+    drains before it in that order, its own included, fit the cap.
+
+    That holds under any interleaving, because slurmctld applies updates one at a time and
+    stamps them as it does: a drain stamped in a later second came after, and that node
+    counts this one.  Read once this drain's second is over (:func:`slurmside.decide_and_apply`
+    waits for that), every drain of the same second or earlier is in ``nodes``, so every
+    node sees the same drains before it, the first ``cap`` in the order keep theirs and all
+    the others undo theirs: never more than the cap, and not none.  A drain without a stamp
+    (none has been seen) is counted as before this one.
     """
     by_name = {n.name: n for n in nodes}
     me = by_name.get(node)
     if me is None or not is_ours(me.reason) or not is_drained(me.state):
         return CapCheck(True)                   # no longer our drain to judge (an admin took it)
-    size, earlier, tied = {}, {}, {}
+
+    def before_me(n) -> bool:
+        if n.reason_time is None or me.reason_time is None:
+            return True
+        return (n.reason_time, n.name) < (me.reason_time, me.name)
+    size, earlier, same_second = {}, {}, {}
     for n in nodes:
         for p in n.partitions:
             size[p] = size.get(p, 0) + 1
             if n.name == node or p not in me.partitions:
                 continue
-            if not (is_ours(n.reason) and (is_drained(n.state) or is_down(n.state))):
+            if not (is_ours(n.reason) and (is_drained(n.state) or is_down(n.state))) or not before_me(n):
                 continue
-            if n.reason_time is None or me.reason_time is None or n.reason_time == me.reason_time:
-                tied.setdefault(p, []).append(n.name)   # the same second, or no stamp to tell
-            elif n.reason_time < me.reason_time:
-                earlier[p] = earlier.get(p, 0) + 1
-            # stamped after this one: not counted here (that node counts this one)
-    retry, notes = [], []
+            earlier[p] = earlier.get(p, 0) + 1
+            if n.reason_time is not None and n.reason_time == me.reason_time:
+                same_second[p] = same_second.get(p, 0) + 1
+    notes = []
     for p in me.partitions:
         limit = cap_limit(cap, size[p])
-        others = tied.get(p, [])
-        if earlier.get(p, 0) + len(others) + 1 <= limit:
+        if earlier.get(p, 0) + 1 <= limit:
             continue
-        free = limit - earlier.get(p, 0)
-        notes.append("partition %s: %d of its %d nodes were drained by slurmkit before this one and %d at the same "
-                     "time, its drain_cap (%s) allows %d" % (p, earlier.get(p, 0), size[p], len(others), cap, limit))
-        rank = sorted(others + [node]).index(node)
-        # A second, for the tie's stamps to differ and the others to undo theirs; then a quarter
-        # second apart, at most 3 s (a HealthCheckProgram has check_timeout for all of it).
-        retry.append(1.0 + 0.25 * min(rank, 8) if rank < free else None)
+        notes.append("partition %s: %d of its %d nodes were drained by slurmkit before this one (%d of them in the "
+                     "same second, before it by name), its drain_cap (%s) allows %d"
+                     % (p, earlier.get(p, 0), size[p], same_second.get(p, 0), cap, limit))
     if not notes:
         return CapCheck(True)
-    again = None if None in retry else max(retry)
-    return CapCheck(False, "drain undone: " + "; ".join(notes), again)
+    return CapCheck(False, "drain undone: " + "; ".join(notes))

@@ -7,6 +7,7 @@ resume never rests on a state older than the check (an admin may have
 drained the node meanwhile: then it is theirs).
 """
 
+import math
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from slurmkit.errors import SlurmkitError, UsageError
@@ -65,47 +66,47 @@ def node_record(backend, node: str):
     return found[0]
 
 
-# Tries at draining a node whose drain collided with others' at the cap's edge (ownership.cap_after_drain).
-DRAIN_TRIES = 3
+# How far past the end of its drain's second a node waits before it counts the drains (a second
+# for slurmctld's stamps to move on, and this margin for the node's clock to differ from slurmctld's).
+STAMP_SETTLE_S = 0.5
 
 
 def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: bool = False,
-                     node_info=None, sleep=None) -> Applied:
+                     node_info=None, clock=None) -> Applied:
     """Drain or resume the checked node per the ownership rules (HealthCheckProgram mode).
 
     The cap counts the nodes slurmkit keeps drained in each of the node's
     partitions, read from Slurm right before draining (one more RPC, paid
-    only by a failing node), and again right after: nodes checking themselves
-    at the same time share nothing but Slurm, so a drain that the second count
-    finds over the cap is undone (:func:`ownership.cap_after_drain`).
-    ``sleep``: how to wait before a retry (the clock, injected).
+    only by a failing node), and again after: nodes checking themselves at
+    the same time share nothing but Slurm, so a drain that the second count
+    finds over the cap is undone (:func:`ownership.cap_after_drain`).  The
+    second count waits until the second of this drain's stamp is over, so
+    that every drain stamped in it is in: up to 1.5 s, paid only by a node
+    that drains.  ``clock``: ``time()`` and ``sleep()`` (the time module; injected).
     """
+    if clock is None:
+        import time as clock
     info = node_info if node_info is not None else node_record(backend, report.node)
     decision = ownership.decide(info, report.failing, resume_after)
     if decision.action == NONE:
         return Applied(decision, False)
-    for attempt in range(DRAIN_TRIES):
-        nodes = backend.node_states() if decision.action == DRAIN else [node_record(backend, report.node)]
-        fresh = next((n for n in nodes if n.name == report.node), info)
-        decision = ownership.decide(fresh, report.failing, resume_after)
-        if decision.action == DRAIN:
-            decision = ownership.apply_cap([decision], nodes, drain_cap, {report.node: report.failing})[0]
-        applied = apply(backend, [decision], dry_run)[0]
-        if decision.action != DRAIN or not applied.done:
-            return applied
-        check = ownership.cap_after_drain(report.node, backend.node_states(), drain_cap)
-        if check.keep:
-            return applied
-        _undo_drain(backend, report.node, decision.reason)
-        undone = Applied(decision._replace(action=CAPPED, note=check.note), False)
-        if check.retry_in is None or attempt + 1 == DRAIN_TRIES:
-            return undone
-        if sleep is None:
-            import time
-
-            sleep = time.sleep
-        sleep(check.retry_in)
-    return undone
+    nodes = backend.node_states() if decision.action == DRAIN else [node_record(backend, report.node)]
+    fresh = next((n for n in nodes if n.name == report.node), info)
+    decision = ownership.decide(fresh, report.failing, resume_after)
+    if decision.action == DRAIN:
+        decision = ownership.apply_cap([decision], nodes, drain_cap, {report.node: report.failing})[0]
+    applied = apply(backend, [decision], dry_run)[0]
+    if decision.action != DRAIN or not applied.done:
+        return applied
+    # slurmctld stamped the drain before it answered, so no later than now: once this second
+    # is over, every drain stamped in it or before is applied and visible to every node alike.
+    drained_at = clock.time()
+    clock.sleep(max(0.0, math.floor(drained_at) + 1 + STAMP_SETTLE_S - drained_at))
+    check = ownership.cap_after_drain(report.node, backend.node_states(), drain_cap)
+    if check.keep:
+        return applied
+    _undo_drain(backend, report.node, decision.reason)
+    return Applied(decision._replace(action=CAPPED, note=check.note), False)
 
 
 def _undo_drain(backend, node: str, reason: str) -> None:
