@@ -282,8 +282,11 @@ def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_
     info = wait_for(lambda: (lambda i: i if i.reason == expected else None)(node_state("gamma", "gn2", devcluster)),
                     40, what="gn2 drained by slurmd's health check")
     assert "DRAIN" in info.state and info.reason_user == "root"
+    # The program writes its report as it ends, after the drain (and after the drain cap's wait for
+    # the drain's second to be over), and each run starts the file afresh: read a finished run's.
     log = Path(devcluster["gamma"].raw["health_check"]["log_dir"]) / "last.gn2.log"
-    assert "UNHEALTHY (mount:%s)" % (scratch / "gn2") in log.read_text()
+    wait_for(lambda: "UNHEALTHY (mount:%s)" % (scratch / "gn2") in log.read_text(), 30, interval=0.2,
+             what="the check's report in %s" % log)
     (scratch / "gn2").mkdir()
     wait_for(lambda: "; clean 1/2" in node_state("gamma", "gn2", devcluster).reason, 30, interval=0.2,
              what="one clean check counted")
