@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 include devcluster/cluster.mk
 
-.PHONY: help venv compile pyslurm test unit integration demo bench clean
+.PHONY: help venv compile pyslurm test unit integration demo bench docs clean
 
 help:
 	@echo "make test      install everything, start the local clusters, run all tests, stop the clusters"
@@ -20,6 +20,7 @@ help:
 	@echo "make cluster-up SCALE=1024   the opt-in 1,024-node scale cluster instead (devcluster/scale.py); make bench-scale"
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
 	@echo "make bench-goodput   goodput of a real DDP job under a failure mix: slurmkit, Slurm's --requeue, an afterany chain"
+	@echo "make docs      the documentation site (mkdocs.yml, docs/), built strict into build/docs"
 
 # Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
 install-python:
@@ -30,7 +31,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml | install-python
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,docs]' --config-settings editable_mode=compat
 	touch $@
 
 # Byte-compile the package as `pip install` does for a regular install, even where
@@ -88,6 +89,13 @@ bench: venv compile cluster-up
 .PHONY: bench-goodput
 bench-goodput: venv-train compile cluster-up
 	$(PY) bench/bench_goodput.py
+
+# The documentation site: mkdocs.yml and docs/ (the command reference is generated
+# from the click commands).  --strict: a broken link, anchor or nav entry fails the build.
+# (NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, not a warning of the build.)
+docs: export NO_MKDOCS_2_WARNING = 1
+docs: venv
+	$(PY) -m mkdocs build --strict --site-dir build/docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

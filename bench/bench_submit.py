@@ -10,7 +10,7 @@ machine's load hits all three alike:
 - ``simple-slurm``: a fresh Python process submitting with simple_slurm.
 
 Two series: the *same* job each time (slurmkit renders it once, then reuses
-the rendered script: see slurmkit/render_cache.py) and *distinct* jobs (a
+the rendered script: see slurmkit/script/cache.py) and *distinct* jobs (a
 different argument each time, so slurmkit renders every one with Jinja2).
 Reports medians, each tool's overhead over plain sbatch, and the ratio of
 slurmkit's overhead to simple-slurm's (target: at most 1.5).  Results go to

@@ -1,6 +1,6 @@
 """slurmkit: topology-aware Slurm job submission, federation, requeue and health for GPU sites.
 
-The folder listing is the architecture (README, "Architecture"): ``site/``
+The folder listing is the architecture (docs/architecture.md): ``site/``
 (site configs), ``slurm/`` (talking to Slurm), ``remote/`` (SSH),
 ``script/`` (the job script), ``session.py``, ``jobs.py``, ``federation/``,
 ``requeue/``, ``health/`` and ``cli/`` (the only user of click).

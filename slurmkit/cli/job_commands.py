@@ -224,7 +224,7 @@ def wait(session, timeout, as_json, job_id):
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOB...")
 @pass_session
 def cancel(session, job_ids):
-    """Cancel jobs (CLUSTER:JOBID or JOBID); one scancel per cluster.
+    """Cancel jobs (CLUSTER:JOBID or JOBID): one scancel per cluster (with pyslurm, one call per job).
 
     Exits 1 when a job id is unknown to its cluster (the others are still
     cancelled); a job that had already ended is a warning.

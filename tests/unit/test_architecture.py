@@ -1,6 +1,6 @@
 """The architecture, checked: layers of the import graph, who may import what, start-up cost.
 
-The rules (README, "Architecture"):
+The rules (docs/architecture.md, "The rules the tests enforce"):
 - the library never imports the CLI, and only ``slurmkit/cli/`` imports click;
 - ``slurm/`` talks to Slurm and knows nothing of SSH, scripts, federation or the CLI;
   ``remote/`` knows nothing of scripts, jobs or federation; ``site/`` is the bottom
