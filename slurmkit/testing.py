@@ -491,15 +491,15 @@ class FakeSlurm(CommandBackend):
             return self._test_only(stdin or "")
         if program == "squeue" and "--json" in rest:
             return self._squeue_json()
-        if program == "squeue" and _option(rest, "--Format="):
-            return self._squeue_format(_option(rest, "--jobs="), _option(rest, "--user="))
-        if program == "sacct" and _option(rest, "--jobs="):
-            return self._sacct(_option(rest, "--jobs=").split(","), steps="--allocations" not in rest)
+        if program == "squeue" and option_value(rest, "--Format="):
+            return self._squeue_format(option_value(rest, "--jobs="), option_value(rest, "--user="))
+        if program == "sacct" and option_value(rest, "--jobs="):
+            return self._sacct(option_value(rest, "--jobs=").split(","), steps="--allocations" not in rest)
         if program == "sacct":
             # --starttime=now-N: the jobs that ran or ended since then (all of them with
             # accounting: it forgets nothing), of --user if given.
-            since = self.clock.time() - int(_option(rest, "--starttime=now-") or 86400)
-            user = _option(rest, "--user=")
+            since = self.clock.time() - int(option_value(rest, "--starttime=now-") or 86400)
+            user = option_value(rest, "--user=")
             ids = [j.job_id for j in self.table.values()
                    if (not user or j.user == user) and (j.end_time == 0 or j.end_time >= since)]
             return self._sacct(ids, steps="--allocations" not in rest)
@@ -578,8 +578,8 @@ class FakeSlurm(CommandBackend):
             # as squeue prints it: a relative --output stays relative (WorkDir comes beside it)
             stdout = r["standard_output"] or "slurm-%j.out"
             values = [r["job_id"], r["name"], r["job_state"], r["partition"], r["node_count"], r["nodes"],
-                      _iso(r["start_time"]) if r["start_time"] else "N/A",
-                      _iso(r["end_time"]) if r["end_time"] else "N/A", _hms(r["time_limit"]), r["user_name"],
+                      slurm_timestamp(r["start_time"]) if r["start_time"] else "N/A",
+                      slurm_timestamp(r["end_time"]) if r["end_time"] else "N/A", _hms(r["time_limit"]), r["user_name"],
                       r["state_reason"], r["exit_code"], stdout, r["current_working_directory"],
                       r["cluster"], r["comment"] or "(null)"]
             lines.append(commands.SQUEUE_DELIMITER.join(str(v) for v in values) + "\n")
@@ -618,8 +618,8 @@ class FakeSlurm(CommandBackend):
                 "State": "CANCELLED by 0" if job.state == "CANCELLED" else job.state,
                 "Partition": job.partition, "NNodes": str(job.node_count),
                 "NodeList": job.nodes or "None assigned",
-                "Start": _iso(job.start_time) if job.start_time else "Unknown",
-                "End": _iso(job.end_time) if job.end_time else "Unknown",
+                "Start": slurm_timestamp(job.start_time) if job.start_time else "Unknown",
+                "End": slurm_timestamp(job.end_time) if job.end_time else "Unknown",
                 "Timelimit": _hms(job.time_limit), "User": job.user,
                 "Reason": job.reason if job.state == "PENDING" else "None",
                 "ExitCode": "%d:%d" % (job.exit_status >> 8 & 0xFF, job.exit_status & 0x7F),
@@ -719,7 +719,7 @@ class FakeSlurm(CommandBackend):
                 gres_used=("%s:0(IDX:N/A)" % kind) if kind else "", state=self._node_state(node),
                 partitions=",".join(node.partitions))
             if node.flag:
-                line += " Reason=%s [%s@%s]" % (node.reason, node.reason_user, _iso(node.reason_time))
+                line += " Reason=%s [%s@%s]" % (node.reason, node.reason_user, slurm_timestamp(node.reason_time))
             lines.append(line)
         return 0, "".join(line + "\n" for line in lines), ""
 
@@ -755,11 +755,11 @@ def _default_reason(state: str, exit_status: int) -> str:
     return "None"
 
 
-def _option(argv: Sequence[str], prefix: str) -> str:
+def option_value(argv: Sequence[str], prefix: str) -> str:
     return next((a[len(prefix):] for a in argv if a.startswith(prefix)), "")
 
 
-def _iso(epoch: float) -> str:
+def slurm_timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(int(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
 
 

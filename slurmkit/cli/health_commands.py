@@ -90,12 +90,12 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
         with Watchdog(check_plan.check_timeout):
             report = engine.check_node(check_plan)
     else:
-        from slurmkit.cli.options import _require_site
+        from slurmkit.cli.options import require_site
         from slurmkit.health import plan as plans, slurmside
         from slurmkit.session import Session
         from slurmkit.site import find_site
 
-        the_site = find_site(_require_site(site))
+        the_site = find_site(require_site(site))
         with Session(the_site) as session, Watchdog(the_site.health.check_timeout):
             the_cluster = slurmside.own_cluster(the_site, cluster)
             name = slurmside.own_node_name(node)

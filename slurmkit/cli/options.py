@@ -339,13 +339,13 @@ def pass_session(func):
         from slurmkit.session import Session
         from slurmkit.site import find_site
 
-        with Session(find_site(_require_site(site))) as session:
+        with Session(find_site(require_site(site))) as session:
             return func(session, *args, **kwargs)
 
     return wrapper
 
 
-def _require_site(site):
+def require_site(site):
     if site:
         return site
     from slurmkit.errors import UsageError

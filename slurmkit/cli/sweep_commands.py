@@ -174,9 +174,9 @@ class _open_session:
 
         if not site and sweep is not None:
             site = sweep.site
-        from slurmkit.cli.options import _require_site
+        from slurmkit.cli.options import require_site
 
-        self.session = Session(find_site(_require_site(site)))
+        self.session = Session(find_site(require_site(site)))
 
     def __enter__(self):
         return self.session

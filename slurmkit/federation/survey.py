@@ -207,7 +207,7 @@ _WHAT = {"version": "scontrol --version", "ping": "scontrol ping", "nodes": "sco
 
 def _failure(name: str, key: str, section: Optional[_Section]) -> Optional[str]:
     """Why this section makes the cluster unusable, or None when it is fine."""
-    from slurmkit.slurm.backend import _UNREACHABLE_RE   # one definition of "controller unreachable"
+    from slurmkit.slurm.backend import UNREACHABLE_RE   # one definition of "controller unreachable"
 
     where = " on cluster %s" % name if name else ""
     if section is None:
@@ -225,7 +225,7 @@ def _failure(name: str, key: str, section: Optional[_Section]) -> Optional[str]:
         down = [ln.strip() for ln in (section.stdout + section.stderr).splitlines() if "DOWN" in ln]
         return "slurmctld%s does not answer: scontrol ping: %s" % (
             " of cluster %s" % name if name else "", down[0] if down else parsers.first_error_line(text))
-    if _UNREACHABLE_RE.search(text):
+    if UNREACHABLE_RE.search(text):
         return "slurmctld%s does not answer: %s" % (" of cluster %s" % name if name else "",
                                                    parsers.first_error_line(text))
     return "%s failed%s (exit %d): %s" % (_WHAT[key], where, section.returncode, parsers.first_error_line(text))

@@ -72,7 +72,8 @@ class Connection:
         self.refs = 0
         self.retired = False
 
-    def _current(self):
+    def current_transport(self):
+        """The client's transport as it is now (None before a connection), without connecting."""
         return self.client.get_transport() if self.client is not None else None
 
     def _connect_locked(self):
@@ -84,12 +85,12 @@ class Connection:
                 # Close cleanly at exit instead of leaving sshd with resets.
                 atexit.register(close_all)
                 _ATEXIT.append(True)
-        return self._current()
+        return self.current_transport()
 
     def transport(self):
         """(active transport, whether it was opened just now)."""
         with self.lock:
-            current = self._current()
+            current = self.current_transport()
             if current is not None and current.is_active():
                 return current, False
             if current is not None:
@@ -100,7 +101,7 @@ class Connection:
     def reconnect(self, dead):
         """Replace ``dead`` unless another thread already did."""
         with self.lock:
-            current = self._current()
+            current = self.current_transport()
             if current is not None and current is not dead and current.is_active():
                 return current
             log.info("SSH connection to %s:%s (cluster %s) failed to open a session; reconnecting once",

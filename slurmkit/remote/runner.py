@@ -88,7 +88,7 @@ class SSHRunner(Runner):
     def transport(self):
         """The live paramiko Transport, or None (for diagnostics and tests)."""
         conn = self._conn
-        return conn._current() if conn is not None else None
+        return conn.current_transport() if conn is not None else None
 
     def describe(self):
         user = self.login.user or local_user()

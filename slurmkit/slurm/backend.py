@@ -24,7 +24,7 @@ from slurmkit.slurm.runner import CommandResult, Runner
 if TYPE_CHECKING:  # only annotations need them; submitting must not pay for defining them
     from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
 
-_UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
                              r"Zero Bytes were transmitted|Communication connection failure", re.I)
 _INVALID_STATE_RE = re.compile(r"Invalid node state", re.I)
 
@@ -176,12 +176,12 @@ class CommandBackend(SlurmBackend):
     def _run(self, argv, stdin=None, timeout=None) -> CommandResult:
         return self.runner.run(argv, stdin=stdin, timeout=timeout)
 
-    def _check(self, result: CommandResult, what: str) -> CommandResult:
+    def checked(self, result: CommandResult, what: str) -> CommandResult:
         if result.ok:
             return result
         message = parsers.first_error_line(result.stderr or result.stdout)
         where = (" on cluster %s" % self.cluster_name) if self.cluster_name else ""
-        if _UNREACHABLE_RE.search(result.stderr or ""):
+        if UNREACHABLE_RE.search(result.stderr or ""):
             # sacct talks to the accounting daemon, every other command to the controller
             daemon = "slurmdbd" if what == "sacct" else "slurmctld"
             raise SlurmUnavailableError("%s%s does not answer (%s): %s" % (daemon, where, what, message))
@@ -190,11 +190,11 @@ class CommandBackend(SlurmBackend):
 
     def submit(self, script, token=None):
         argv = commands.sbatch_once(token) if (self.submit_once and token) else commands.sbatch()
-        result = self._check(self._run(argv, stdin=script), "sbatch")
+        result = self.checked(self._run(argv, stdin=script), "sbatch")
         return parsers.parse_sbatch_parsable(result.stdout)
 
     def estimate_start(self, script):
-        result = self._check(self._run(commands.sbatch(test_only=True), stdin=script), "sbatch --test-only")
+        result = self.checked(self._run(commands.sbatch(test_only=True), stdin=script), "sbatch --test-only")
         return parsers.parse_test_only(result.stderr)
 
     def jobs(self, job_ids=None, user=None):
@@ -211,7 +211,7 @@ class CommandBackend(SlurmBackend):
                 self._json = True
                 return self._filter(parsers.parse_squeue_json(result.stdout), job_ids, user)
             if not re.search(r"unrecognized option|invalid option|json", result.stderr, re.I) \
-                    or _UNREACHABLE_RE.search(result.stderr) or self._json:
+                    or UNREACHABLE_RE.search(result.stderr) or self._json:
                 return self._jobs_not_found(result, job_ids)
             self._json = False  # an old Slurm without --json: use the format string from now on
         result = self._run(commands.squeue_parsable(job_ids, user))
@@ -235,7 +235,7 @@ class CommandBackend(SlurmBackend):
         # squeue exits 1 with "Invalid job id specified" when *every* id is unknown.
         if job_ids and "Invalid job id" in result.stderr:
             return []
-        self._check(result, "squeue")
+        self.checked(result, "squeue")
         return []
 
     @staticmethod
@@ -276,16 +276,16 @@ class CommandBackend(SlurmBackend):
         result = self._run(commands.sacct(ids))
         if not result.ok and "accounting storage is disabled" in result.stderr:
             return []
-        return parsers.parse_sacct(self._check(result, "sacct").stdout)
+        return parsers.parse_sacct(self.checked(result, "sacct").stdout)
 
     def accounting_since(self, seconds_ago, user=None):
         result = self._run(commands.sacct_since(int(seconds_ago) + 1, user))
         if not result.ok and "accounting storage is disabled" in result.stderr:
             return []
-        return parsers.parse_sacct(self._check(result, "sacct").stdout)
+        return parsers.parse_sacct(self.checked(result, "sacct").stdout)
 
     def cancel(self, job_ids):
-        self._check(self._run(commands.scancel(job_ids)), "scancel")
+        self.checked(self._run(commands.scancel(job_ids)), "scancel")
 
     def requeue(self, job_ids):
         self._job_control(commands.requeue, job_ids, "scontrol requeue")
@@ -299,22 +299,22 @@ class CommandBackend(SlurmBackend):
     def _job_control(self, build, job_ids, what):
         ids = [str(j) for j in job_ids]
         if ids:  # nothing to do must not become "scontrol hold" with no ids
-            self._check(self._run(build(ids)), what)
+            self.checked(self._run(build(ids)), what)
 
     def topology(self):
-        return parsers.parse_topology(self._check(self._run(commands.show_topology()), "scontrol show topology").stdout)
+        return parsers.parse_topology(self.checked(self._run(commands.show_topology()), "scontrol show topology").stdout)
 
     def partitions(self):
-        return parsers.parse_partitions(self._check(self._run(commands.show_partition()), "scontrol show partition").stdout)
+        return parsers.parse_partitions(self.checked(self._run(commands.show_partition()), "scontrol show partition").stdout)
 
     def nodes(self):
-        return parsers.parse_nodes(self._check(self._run(commands.show_nodes()), "scontrol show node").stdout)
+        return parsers.parse_nodes(self.checked(self._run(commands.show_nodes()), "scontrol show node").stdout)
 
     def node_states(self, names=None):
         names = list(names) if names is not None else None
         if names == []:
             return []
-        return parsers.parse_nodes(self._check(self._run(commands.show_nodes(names)), "scontrol show node").stdout)
+        return parsers.parse_nodes(self.checked(self._run(commands.show_nodes(names)), "scontrol show node").stdout)
 
     def drain(self, nodes, reason):
         self._update_nodes(nodes, "DRAIN", reason)
@@ -337,7 +337,7 @@ class CommandBackend(SlurmBackend):
                 return
             if len(left) < len(nodes):
                 result = self._run(commands.update_nodes(left, "RESUME"))
-        self._check(result, "scontrol update State=RESUME")
+        self.checked(result, "scontrol update State=RESUME")
 
     def _update_nodes(self, nodes, state, reason):
         nodes = [str(n) for n in nodes]
@@ -347,10 +347,10 @@ class CommandBackend(SlurmBackend):
             # Slurm refuses DRAIN/DOWN without one, and a reason is how an
             # admin (and the health sweep) tells whose drain it is.
             raise UsageError("setting nodes %s needs a reason" % state)
-        self._check(self._run(commands.update_nodes(nodes, state, reason)), "scontrol update State=" + state)
+        self.checked(self._run(commands.update_nodes(nodes, state, reason)), "scontrol update State=" + state)
 
     def version(self):
-        return parsers.parse_version(self._check(self._run(commands.version()), "scontrol --version").stdout)
+        return parsers.parse_version(self.checked(self._run(commands.version()), "scontrol --version").stdout)
 
     def config(self):
-        return parsers.parse_config(self._check(self._run(commands.show_config()), "scontrol show config").stdout)
+        return parsers.parse_config(self.checked(self._run(commands.show_config()), "scontrol show config").stdout)

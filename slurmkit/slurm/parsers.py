@@ -108,7 +108,7 @@ def _state(value) -> str:
     return value or "UNKNOWN"
 
 
-def _time_limit(minutes) -> str:
+def time_limit_text(minutes) -> str:
     minutes = _number(minutes)
     if minutes is None or minutes in (0xFFFFFFFF, 0xFFFFFFFE):
         return "UNLIMITED"
@@ -117,7 +117,7 @@ def _time_limit(minutes) -> str:
     return "%d-%s" % (days, text) if days else text
 
 
-def _epoch(value) -> Optional[datetime]:
+def epoch_datetime(value) -> Optional[datetime]:
     value = _number(value)
     if not value:
         return None
@@ -242,18 +242,18 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
         jobs.append(JobInfo(
             job_id=str(job["job_id"]), name=job.get("name", ""), state=state,
             partition=job.get("partition", ""), node_count=_number(job.get("node_count")) or 0,
-            nodelist=nodelist, start_time=_epoch(job.get("start_time")),
-            time_limit=_time_limit(job.get("time_limit")), user=job.get("user_name", ""),
+            nodelist=nodelist, start_time=epoch_datetime(job.get("start_time")),
+            time_limit=time_limit_text(job.get("time_limit")), user=job.get("user_name", ""),
             reason=_job_reason(job), comment=job.get("comment", "") or "",
             exit_code=exit_code, signal=signal, cluster=job.get("cluster", "") or "",
             stdout=_output_file(str(job["job_id"]), job.get("standard_output") or "", job.get("name", ""),
                                 job.get("user_name", ""), job.get("current_working_directory") or ""),
             # A live job's end_time is when its time limit would end it: not an end.
-            end_time=_epoch(job.get("end_time")) if state in FINISHED_STATES else None))
+            end_time=epoch_datetime(job.get("end_time")) if state in FINISHED_STATES else None))
     return jobs
 
 
-def _slurm_datetime(text: str) -> Optional[datetime]:
+def slurm_datetime(text: str) -> Optional[datetime]:
     try:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
     except ValueError:  # "N/A", "Unknown", "None"
@@ -273,7 +273,7 @@ def parse_squeue_parsable(text: str) -> "List[JobInfo]":
         job_id, name, state, partition, count, nodelist, start, limit, user, reason, comment = fields
         jobs.append(JobInfo(job_id=job_id.strip(), name=name, state=state, partition=partition,
                             node_count=int(count) if count.strip().isdigit() else 0, nodelist=nodelist,
-                            start_time=_slurm_datetime(start), time_limit=limit, user=user,
+                            start_time=slurm_datetime(start), time_limit=limit, user=user,
                             reason=reason, comment="" if comment == "(null)" else comment))
     return jobs
 
@@ -303,7 +303,7 @@ def parse_squeue_format(text: str) -> "List[JobInfo]":
         jobs.append(JobInfo(
             job_id=job_id.strip(), name=name, state=state, partition=partition,
             node_count=int(count) if count.strip().isdigit() else 0, nodelist=nodelist,
-            start_time=_slurm_datetime(start), time_limit=_time_limit(minutes), user=user,
+            start_time=slurm_datetime(start), time_limit=time_limit_text(minutes), user=user,
             reason=reason,
             comment="" if comment == "(null)" else comment, exit_code=exit_code, signal=signal,
             cluster="" if cluster in ("N/A", "(null)") else cluster,
@@ -311,7 +311,7 @@ def parse_squeue_format(text: str) -> "List[JobInfo]":
             # STDOUT (sbatch resolves only its command line's): joined as the JSON's reader joins it.
             stdout=_output_file(job_id.strip(), "" if stdout == "(null)" else stdout, name, user,
                                 "" if workdir == "(null)" else workdir),
-            end_time=_slurm_datetime(end) if state in FINISHED_STATES else None))
+            end_time=slurm_datetime(end) if state in FINISHED_STATES else None))
     return jobs
 
 
@@ -342,7 +342,7 @@ def parse_sacct(text: str) -> "List[JobInfo]":
         exit_code, signal = ended_exit(state, bool(nodelist), exit_text)
         jobs.append(JobInfo(job_id=job_id, name=name, state=state,
                             partition=partition, node_count=int(count) if count.isdigit() else 0,
-                            nodelist=nodelist, start_time=_slurm_datetime(start), time_limit=limit,
+                            nodelist=nodelist, start_time=slurm_datetime(start), time_limit=limit,
                             user=user, reason=reason, comment=comment, exit_code=exit_code, signal=signal))
     return jobs
 
@@ -451,7 +451,7 @@ def _node_reason(text: str) -> Dict[str, object]:
     if not m:
         return {"reason": text.strip(), "reason_user": "", "reason_time": None}
     return {"reason": m.group("reason"), "reason_user": m.group("user"),
-            "reason_time": _slurm_datetime(m.group("time"))}
+            "reason_time": slurm_datetime(m.group("time"))}
 
 
 _CONFIG_LINE_RE = re.compile(r"^(?P<key>[A-Za-z][\w/()-]*)\s+= ?(?P<value>.*)$")

@@ -72,7 +72,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmCommandError, SlurmkitError, SlurmUnavailableError
 from slurmkit.slurm import commands, directives, parsers, pyslurm_installed, times
-from slurmkit.slurm.backend import _UNREACHABLE_RE, CommandBackend
+from slurmkit.slurm.backend import UNREACHABLE_RE, CommandBackend
 from slurmkit.slurm.runner import LocalRunner, Runner
 from slurmkit.slurm.types import FINISHED_STATES, JobInfo
 
@@ -260,13 +260,13 @@ def _time_limit(value) -> str:
     # give the string "PartitionLimit" (db/job.pyx): passed through.
     if isinstance(value, str) and not value.isdigit():
         return value
-    return parsers._time_limit(None if value is None else int(value))
+    return parsers.time_limit_text(None if value is None else int(value))
 
 
 def _start_time(value) -> Optional[datetime]:
     if isinstance(value, datetime):
         return value
-    return parsers._epoch(value)  # unix seconds; None or 0 means not known yet
+    return parsers.epoch_datetime(value)  # unix seconds; None or 0 means not known yet
 
 
 def pyslurm_exit(obj) -> Optional[str]:
@@ -644,7 +644,7 @@ class PyslurmBackend(CommandBackend):
     def _error(self, what, exc) -> SlurmkitError:
         message = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
         where = " on cluster %s" % self.cluster_name
-        if _UNREACHABLE_RE.search(message):
+        if UNREACHABLE_RE.search(message):
             return SlurmUnavailableError("slurmctld%s does not answer (%s): %s" % (where, what, message))
         return SlurmCommandError("%s failed%s: %s" % (what, where, message), argv=["pyslurm", what],
                                  returncode=getattr(exc, "errno", None), stderr=message)

@@ -197,7 +197,7 @@ def _spec_from(data: dict) -> JobSpec:
 
 def _run(backend, argv: List[str], what: str, stdin: Optional[str] = None):
     """Run a sweep command through the backend's runner; Slurm's refusal raises as for every other command."""
-    return backend._check(backend.runner.run(argv, stdin=stdin), what)
+    return backend.checked(backend.runner.run(argv, stdin=stdin), what)
 
 
 def _is_local(session, cluster: str) -> bool:
@@ -781,7 +781,7 @@ def query_tasks(session, cluster: str, wanted: Iterable[Tuple[str, int]], accoun
     if not result.ok and "Invalid job id" in (result.stderr or ""):
         tasks, unstarted = [], {}       # every array forgotten by the controller
     else:
-        text = backend._check(result, "squeue").stdout
+        text = backend.checked(result, "squeue").stdout
         tasks, unstarted = slurmio.parse_squeue_tasks(text), slurmio.parse_squeue_unstarted(text)
     found = {t.key: t for t in tasks if t.key in wanted}
     queued = set(found)

@@ -97,7 +97,7 @@ def _fields(line: str) -> Optional[List[str]]:
 
 def _epoch(text: str) -> Optional[float]:
     """squeue's local ``2026-11-30T18:26:54`` as epoch seconds; None for N/A, Unknown, an empty field."""
-    when = parsers._slurm_datetime(text.strip())
+    when = parsers.slurm_datetime(text.strip())
     return when.timestamp() if when is not None else None
 
 

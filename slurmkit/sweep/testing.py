@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmkit.slurm.types import FINISHED_STATES
 from slurmkit.sweep import slurmio
 from slurmkit.sweep.arrays import parse_indices
-from slurmkit.testing import FakeJob, FakeSlurm, _iso, _option
+from slurmkit.testing import FakeJob, FakeSlurm, slurm_timestamp, option_value
 
 _INVALID_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
 
@@ -122,8 +122,8 @@ class FakeArraySlurm(FakeSlurm):
         program, rest = argv[0], argv[1:]
         if program == "squeue" and "--array" in rest:
             return self._squeue_tasks(rest)
-        if program == "sacct" and _option(rest, "--format=").startswith("JobID,"):
-            return self._sacct_tasks(_option(rest, "--jobs=").split(","))
+        if program == "sacct" and option_value(rest, "--format=").startswith("JobID,"):
+            return self._sacct_tasks(option_value(rest, "--jobs=").split(","))
         return super()._dispatch(argv, stdin)
 
     def _tasks_of(self, ids: Sequence[str]) -> List[FakeTask]:
@@ -137,8 +137,8 @@ class FakeArraySlurm(FakeSlurm):
         return out
 
     def _squeue_tasks(self, rest):
-        ids = [i for i in _option(rest, "--jobs=").split(",") if i]
-        user = _option(rest, "--user=")
+        ids = [i for i in option_value(rest, "--jobs=").split(",") if i]
+        user = option_value(rest, "--user=")
         tasks = self._tasks_of(ids) if ids else [t for t in self.table.values() if isinstance(t, FakeTask)]
         tasks = [t for t in tasks if not t.forgotten and (not user or t.user == user)]
         if ids and not tasks:
@@ -159,8 +159,8 @@ class FakeArraySlurm(FakeSlurm):
             values = {"ArrayJobID": t.array_job_id, "ArrayTaskID": str(t.index), "JobID": t.job_id,
                       "State": t.state, "Reason": t.reason, "exit_code": str(t.exit_status), "NodeList": t.nodes,
                       "RestartCnt": str(t.restarts), "Comment": t.comment,
-                      "StartTime": _iso(t.start_time) if t.start_time else "N/A",
-                      "EndTime": _iso(t.end_time) if t.end_time else "N/A"}
+                      "StartTime": slurm_timestamp(t.start_time) if t.start_time else "N/A",
+                      "EndTime": slurm_timestamp(t.end_time) if t.end_time else "N/A"}
             lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
         return 0, "".join(line + "\n" for line in lines), ""
 

@@ -7,6 +7,7 @@ The rules (docs/architecture.md, "The rules the tests enforce"):
   (it may use Slurm's time strings);
 - the parts (subpackages and top-level modules) import each other without cycles;
 - each heavy or optional third-party module has one home (paramiko: remote/connect.py);
+- a private name (``_name``) is used only in the module that defines it;
 - a repeated submission pays for none of them (measured in a fresh process).
 """
 
@@ -152,6 +153,49 @@ def test_each_heavy_module_has_one_home(module, homes):
 def test_node_readings_live_in_health_sources(module):
     assert _importers_of(module)
     assert all(name.startswith("slurmkit.health.sources.") for name in _importers_of(module))
+
+
+# The public API of a NamedTuple, spelled with an underscore so as not to clash with field names.
+NAMEDTUPLE_API = {"_fields", "_field_defaults", "_replace", "_asdict", "_make"}
+
+
+def _private_uses(name, path):
+    """``from slurmkit.x import _y`` and ``x._y`` where ``x`` names a slurmkit module, in module ``name``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("slurmkit."):
+                    modules[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("slurmkit"):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append("line %d: from %s import %s" % (node.lineno, base, alias.name))
+                modules[alias.asname or alias.name] = "%s.%s" % (base, alias.name)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API
+                and modules[node.value.id] != name):
+            found.append("line %d: %s.%s" % (node.lineno, node.value.id, node.attr))
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A leading underscore says "only here": a second module that reaches for it couples to what
+    its owner may change at any time.  Make the name public where it is shared."""
+    offenders = {name: uses for name, path in _modules() for uses in [_private_uses(name, path)] if uses}
+    assert offenders == {}
+    # the check itself sees what it looks for
+    sample = ROOT / "tests" / "unit" / "data" / "private_use_sample.py"
+    assert _private_uses("slurmkit.sample", sample) == ["line 2: from slurmkit.slurm.backend import _hidden",
+                                                        "line 5: parsers._number"]
 
 
 def test_setup_cfg_lists_every_package():
