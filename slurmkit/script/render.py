@@ -168,6 +168,17 @@ def shell_quote(value) -> str:
     return shlex.quote(str(value))
 
 
+def shell_quote_line(value) -> str:
+    """:func:`shell_quote`, on one line: a value with a control character (a newline) becomes ``$'...'``.
+
+    For text bash reads a line at a time (a sweep's points table): the same word, never split over lines.
+    """
+    text = str(value)
+    if not _CONTROL_RE.search(text):
+        return shlex.quote(text)
+    return "$'" + "".join("\\x%02x" % ord(c) if _CONTROL_RE.match(c) or c in "\\'" else c for c in text) + "'"
+
+
 def _finalize(value):
     if isinstance(value, Trusted):
         return value

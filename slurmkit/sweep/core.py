@@ -349,10 +349,10 @@ class _Submitter:
             rendered = jobs.prepare(self.session, self.spec._replace(token=token), cluster, part.name)
             sweep_dir = self.sweep.sweep_dir
             _make_dirs(self.session, cluster, [os.path.join(sweep_dir, "slurm")], self.dirs)
-            table = sweep_script.table_function(rows, self.names)
+            table = sweep_script.points_table(rows, self.names)
             table_file = None
             if len(table.encode("utf-8")) > sweep_script.INLINE_TABLE_LIMIT:
-                path = os.path.join(sweep_dir, "tables", token + ".sh")
+                path = os.path.join(sweep_dir, "tables", token + ".txt")
                 _write_file(self.session, cluster, path, table)
                 table_file = (path, sweep_script.table_digest(table))
             extra = []

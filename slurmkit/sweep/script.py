@@ -3,19 +3,24 @@
 The job is rendered as usual (template, fabric, topology, ``--comment``
 token) with each command word that holds a placeholder replaced by a
 sentinel; here the sentinels become ``"${slurmkit_sweep_words[K]}"``, and
-two things are added:
+the script is rearranged around it:
 
 - ``#SBATCH --array=...`` (and ``--dependency``/``--hold`` when asked) after
   the last directive, so sbatch reads them with the others;
 - right after the directives, before the site's setup can fail, a prologue
-  that finds the task's row by ``SLURM_ARRAY_TASK_ID`` in the points table
-  (a ``case`` in the script, or one file next to it when the table is too
-  large for a script), exports the point's values, sends the task's output
-  to the point's own files, and for a canary array runs the task as a
-  child to act on its exit status.
+  that reads the task's row by ``SLURM_ARRAY_TASK_ID`` from the points table
+  and exports the point's values;
+- the rest of the rendered job becomes the function ``slurmkit_sweep_task``,
+  which the script runs as a subshell it supervises: the task's output goes
+  to the point's own files, how it ended to ``exit.status``, and for a canary
+  array the throttle is widened or the array held;
+- the points table, one line per index, after the script's last command
+  (or in one file next to it when the table is too large for a script): a
+  task reads its own line with ``mapfile`` instead of bash parsing every row,
+  which at 1,000 points cost each task more than the rest of its script.
 
-Every value is shell-quoted (``shlex.quote``) where it is written; bash
-never evaluates a value, it only assigns it.
+Every value is shell-quoted (``shlex.quote``, or ``$'...'`` on one line) where
+it is written; bash never evaluates a value, it only assigns it.
 """
 
 import hashlib
@@ -24,6 +29,8 @@ import shlex
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
+from slurmkit.script.render import shell_quote_line
+from slurmkit.slurm.commands import SCRIPT_TRAILER
 from slurmkit.sweep.points import Point, env_name
 
 # A table larger than this goes into a file next to the script: Slurm keeps every
@@ -63,16 +70,21 @@ def sentinel_command(command: Sequence[str], used: Sequence[int]) -> Tuple[Tuple
     return tuple(words), marks
 
 
-def table_function(rows: Sequence[Row], names: Sequence[str]) -> str:
-    """``slurmkit_sweep_row INDEX``: sets the point id and its words, exports its values; 1 without a row."""
-    lines = ["slurmkit_sweep_row() {", "    case $1 in"]
-    for row in rows:
+def points_table(rows: Sequence[Row], names: Sequence[str]) -> str:
+    """The points table: line K (from 0) is ``K ASSIGNMENTS`` for the row of index K, empty where none is.
+
+    ASSIGNMENTS set the point id and its words and export its values; every
+    value is quoted on one line (:func:`shell_quote_line`), so a task reads
+    its row with one ``mapfile`` instead of bash parsing the whole table.
+    """
+    by_index = {row.index: row for row in rows}
+    lines = [""] * (max(by_index) + 1 if by_index else 0)
+    for index, row in by_index.items():
         values = row.point.mapping
-        exports = " ".join("%s=%s" % (env_name(n), shlex.quote(values[n])) for n in names if n in values)
-        words = " ".join(shlex.quote(w) for w in row.words)
-        lines.append("    %d) slurmkit_sweep_point=%s; export %s; slurmkit_sweep_words=(%s);;"
-                     % (row.index, row.point.id, exports, words))
-    lines += ["    *) return 1;;", "    esac", "}"]
+        exports = " ".join("%s=%s" % (env_name(n), shell_quote_line(values[n])) for n in names if n in values)
+        words = " ".join(shell_quote_line(w) for w in row.words)
+        lines[index] = "%d slurmkit_sweep_point=%s;%s slurmkit_sweep_words=(%s)" % (
+            index, row.point.id, " export %s;" % exports if exports else "", words)
     return "\n".join(lines) + "\n"
 
 
@@ -80,26 +92,33 @@ def table_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tuple[str, str]],
-              canary: Optional[Canary]) -> str:
+def _prologue(sweep_id: str, sweep_dir: str, table_file: Optional[Tuple[str, str]], skip: int) -> str:
+    """The lines between the directives and the task: find the row, export it, set up the point's files."""
     q = shlex.quote
     out = ["# slurmkit sweep %s: each task runs the point of its SLURM_ARRAY_TASK_ID in the points table, with"
            % sweep_id,
            "# the values exported as SLURMKIT_SWEEP_<NAME> and its output in its own directory.",
            "# (--array is set above; this table is the array's, so a rerun keeps every point's index.)"]
     if table_file is None:
-        out.append(table.rstrip("\n"))
+        out += ["# The table is the end of this script, after its last command (exit): row K on line K of it.",
+                "slurmkit_sweep_table=$0 slurmkit_sweep_skip=%d" % skip]
     else:
         path, digest = table_file
         out += ["# The table is too large for a job script: it is the file below, checked before it is read.",
-                "slurmkit_sweep_table=%s" % q(path),
+                "slurmkit_sweep_table=%s slurmkit_sweep_skip=0" % q(path),
                 "if ! printf '%%s  %%s\\n' %s \"$slurmkit_sweep_table\" | sha256sum --check --status 2>/dev/null; then"
                 % digest,
                 "    echo \"slurmkit: error: the points table $slurmkit_sweep_table is missing or changed\" >&2",
                 "    exit 1",
-                "fi",
-                ". \"$slurmkit_sweep_table\""]
+                "fi"]
     out += [
+        "slurmkit_sweep_row() {",
+        "    local row=()",
+        "    [[ $1 =~ ^[0-9]+$ ]] || return 1",
+        '    mapfile -t -s "$((slurmkit_sweep_skip + 10#$1))" -n 1 row <"$slurmkit_sweep_table" || return 1',
+        '    [[ ${row[0]:-} == "$1 "* ]] || return 1',
+        '    eval "${row[0]#"$1 "}"',
+        "}",
         'if ! slurmkit_sweep_row "${SLURM_ARRAY_TASK_ID:-}"; then',
         '    echo "slurmkit: error: task ${SLURM_ARRAY_TASK_ID:-(not an array task)} has no row in the points '
         'table of sweep %s" >&2' % sweep_id,
@@ -110,6 +129,13 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
         "export SLURMKIT_SWEEP_ID=%s SLURMKIT_SWEEP_DIR SLURMKIT_SWEEP_POINT=$slurmkit_sweep_point" % q(sweep_id),
         "export SLURMKIT_SWEEP_POINT_DIR=$SLURMKIT_SWEEP_DIR/points/$slurmkit_sweep_point",
         "export SLURMKIT_CHECKPOINT_DIR=$SLURMKIT_SWEEP_POINT_DIR/checkpoint",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
+    """After the task's function: run it as a child that this shell watches, unless this is that child."""
+    out = [
         "if [[ ${SLURMKIT_SWEEP_STAGE:-} != task ]]; then",
         '    if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
         '        echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
@@ -117,19 +143,21 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
         "    fi",
         "    # Every attempt of the point appends to its own two files, after a line that names the attempt.",
         '    exec >>"$SLURMKIT_SWEEP_POINT_DIR/output.log" 2>>"$SLURMKIT_SWEEP_POINT_DIR/error.log"',
+        "    TZ=UTC0 printf -v slurmkit_sweep_now '%(%Y-%m-%dT%H:%M:%SZ)T' -1",
         '    slurmkit_sweep_attempt="== slurmkit sweep $SLURMKIT_SWEEP_ID point $SLURMKIT_SWEEP_POINT: task '
         '${SLURM_ARRAY_JOB_ID:-}_${SLURM_ARRAY_TASK_ID} (job ${SLURM_JOB_ID:-}, restart ${SLURM_RESTART_COUNT:-0}) '
-        'on ${SLURMD_NODENAME:-$HOSTNAME} at $(date -u +%Y-%m-%dT%H:%M:%SZ) =="',
+        'on ${SLURMD_NODENAME:-$HOSTNAME} at $slurmkit_sweep_now =="',
         '    printf \'%s\\n\' "$slurmkit_sweep_attempt"',
         '    printf \'%s\\n\' "$slurmkit_sweep_attempt" >&2',
     ]
     if canary is not None:
         out += _canary_lines(sweep_id, canary)
     out += [
-        "    # The task runs as a child of this shell, which records how it ended in the point's directory",
-        "    # (exit.status: Slurm forgets ended tasks after MinJobAge, and not every cluster keeps accounting)",
-        "    # and then ends the same way itself: the same exit status, or the same signal.",
-        '    SLURMKIT_SWEEP_STAGE=task bash "$0" "$@" &',
+        "    # The task runs in a child of this shell (a subshell: no second bash to start and parse the",
+        "    # script), which records how it ended in the point's directory (exit.status: Slurm forgets",
+        "    # ended tasks after MinJobAge, and not every cluster keeps accounting) and then ends the same",
+        "    # way itself: the same exit status, or the same signal.",
+        '    (export SLURMKIT_SWEEP_STAGE=task; slurmkit_sweep_task "$@") &',
         "    slurmkit_sweep_child=$!",
         "    trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM",
         "    trap 'slurmkit_sweep_woken=1; kill -INT \"$slurmkit_sweep_child\" 2>/dev/null || true' INT",
@@ -143,8 +171,6 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
         '    printf \'%s %s_%s %s\\n\' "$slurmkit_sweep_rc" "${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" '
         '"${SLURM_RESTART_COUNT:-0}" >"$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" &&',
         '        mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
-    ]
-    out += [
         "    # Slurm's own output file of the task only holds what failed before the lines above: drop it empty.",
         '    slurmkit_sweep_slurm_out=$SLURMKIT_SWEEP_DIR/slurm/${SLURM_ARRAY_JOB_ID:-}_$SLURM_ARRAY_TASK_ID.out',
         '    [[ -s $slurmkit_sweep_slurm_out ]] || rm -f -- "$slurmkit_sweep_slurm_out"',
@@ -158,6 +184,9 @@ def _prologue(sweep_id: str, sweep_dir: str, table: str, table_file: Optional[Tu
         "    fi",
         '    exit "$slurmkit_sweep_rc"',
         "fi",
+        'slurmkit_sweep_task "$@"',
+        "# The last command: what follows is the points table, which bash never reads as commands.",
+        "exit",
     ]
     return "\n".join(out) + "\n"
 
@@ -201,7 +230,7 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, se
                  canary: Optional[Canary] = None, template: str = "", checkpoint_sentinel: Optional[str] = None) -> str:
     """The array's script from the job's rendered script (see the module docstring).
 
-    ``table`` is the points table (:func:`table_function`); with ``table_file``,
+    ``table`` is the points table (:func:`points_table`); with ``table_file``,
     (path, sha256) of the same table written next to the sweep, the script
     reads that file instead.  ``array`` is the ``--array`` value.  A job
     rendered for the requeue daemon with ``checkpoint_sentinel`` as its
@@ -232,6 +261,19 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, se
                              "use a built-in template (single, srun, torchrun)" % (template or "?"))
     directives = ["#SBATCH --array=%s" % array] + ["#SBATCH %s" % d for d in extra_directives]
     head = lines[:last_directive + 1] + directives + lines[last_directive + 1:first_command]
-    return "\n".join(head) + "\n" + _prologue(sweep_id, sweep_dir, table, table_file, canary) + body
+    # The task is a function of the script, so the supervising shell starts it as a subshell.  The
+    # trailer moves to the very end: the submit-once wrapper checks that the whole script, table
+    # included, arrived.
+    if not body.endswith("\n"):
+        body += "\n"
+    if body.endswith("\n" + SCRIPT_TRAILER + "\n"):
+        body = body[:-len(SCRIPT_TRAILER) - 1]
+    task = "slurmkit_sweep_task() {\n" + body + "}\n"
+    before = "\n".join(head) + "\n"
+    after = task + _supervisor(sweep_id, canary)
+    if table_file is not None:
+        return before + _prologue(sweep_id, sweep_dir, table_file, 0) + after + SCRIPT_TRAILER + "\n"
+    skip = before.count("\n") + _prologue(sweep_id, sweep_dir, None, 0).count("\n") + after.count("\n")
+    return before + _prologue(sweep_id, sweep_dir, None, skip) + after + table + SCRIPT_TRAILER + "\n"
 
 

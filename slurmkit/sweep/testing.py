@@ -32,6 +32,14 @@ from slurmkit.testing import FakeJob, FakeSlurm, slurm_timestamp, option_value
 _INVALID_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
 
 
+_ROW_RE = re.compile(r"(?m)^(\d+) slurmkit_sweep_point=(\w+);(.*)$")
+
+
+def table_rows(text: str) -> Dict[int, Tuple[str, str]]:
+    """{index: (point id, the rest of its row)} from an array script's points table (or a table file)."""
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in _ROW_RE.finditer(text)}
+
+
 class FakeTask(FakeJob):
     """One task of a fake array."""
 

@@ -14,7 +14,7 @@ from slurmkit.script.render import JobSpec
 from slurmkit.sweep import core
 from slurmkit.sweep.autorequeue import SweepDaemon
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm
+from slurmkit.sweep.testing import FakeArraySlurm, table_rows
 from slurmkit.sweep.tracked import point_of
 from slurmkit.testing import FakeClock, fake_session
 
@@ -72,7 +72,7 @@ def world(tmp_path, monkeypatch):
 
 
 def rows(script):
-    return {int(m.group(1)): m.group(2) for m in re.finditer(r"(?m)^    (\d+)\) slurmkit_sweep_point=(\w+);", script)}
+    return {index: point for index, (point, _) in table_rows(script).items()}
 
 
 def test_every_task_is_tracked_with_its_own_checkpoint_directory_and_the_daemons_script(world):

@@ -10,7 +10,7 @@ from slurmkit.errors import ConnectTimeoutError, SlurmkitError, UsageError
 from slurmkit.script.render import JobSpec
 from slurmkit.sweep import core
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm, tasks_by_index
+from slurmkit.sweep.testing import FakeArraySlurm, table_rows, tasks_by_index
 from slurmkit.testing import fake_session, fake_site
 
 COMMAND = ("python3", "train.py", "--seed", "{seed}")
@@ -42,8 +42,8 @@ def sbatches(slurm):
 
 def rows_of(script):
     """{index: (point id, SLURMKIT_SWEEP_SEED)} from an array script's table."""
-    return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(
-        r"(?m)^    (\d+)\) slurmkit_sweep_point=(\w+); export .*SLURMKIT_SWEEP_SEED=(\S+);", script)}
+    return {index: (point, re.search(r"SLURMKIT_SWEEP_SEED=(\S+);", rest).group(1))
+            for index, (point, rest) in table_rows(script).items()}
 
 
 def array_line(script):

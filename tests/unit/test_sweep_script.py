@@ -12,10 +12,12 @@ import sys
 import pytest
 
 from slurmkit.script.render import JobSpec
+from slurmkit.slurm import commands
+from slurmkit.slurm.commands import SCRIPT_TRAILER
 from slurmkit.sweep import core
 from slurmkit.sweep import script as sweep_script
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm
+from slurmkit.sweep.testing import FakeArraySlurm, table_rows
 from slurmkit.testing import fake_session
 
 PRINT_ARGV = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
@@ -56,8 +58,7 @@ def run_task(tmp_path, script, index, array_id, restart=None, fake_bin=None):
 
 
 def point_dir(tmp_path, script, index):
-    point = re.search(r"(?m)^    %d\) slurmkit_sweep_point=(\w+);" % index, script).group(1)
-    return tmp_path / "sweep" / "points" / point
+    return tmp_path / "sweep" / "points" / table_rows(script)[index][0]
 
 
 def last_json(text):
@@ -141,9 +142,9 @@ def test_a_large_table_is_a_checked_file_next_to_the_script(env, monkeypatch):
     monkeypatch.setattr(sweep_script, "INLINE_TABLE_LIMIT", 100)
     alpha, _ = submit(tmp_path, journal, [sys.executable, "-c", PRINT_ARGV, "{s}"], grid=["s=0..9"])
     (array,) = alpha.arrays.values()
-    assert "slurmkit_sweep_row() {" not in array.script and "sha256sum --check" in array.script
+    assert not table_rows(array.script) and "sha256sum --check" in array.script
     tables = list((tmp_path / "sweep" / "tables").iterdir())
-    assert len(tables) == 1 and "slurmkit_sweep_row() {" in tables[0].read_text()
+    assert len(tables) == 1 and sorted(table_rows(tables[0].read_text())) == list(range(10))
     done = run_task(tmp_path, array.script, 4, array.job_id)
     assert done.returncode == 0, done.stderr
     out = sorted((tmp_path / "sweep" / "points").glob("*/output.log"))
@@ -151,6 +152,28 @@ def test_a_large_table_is_a_checked_file_next_to_the_script(env, monkeypatch):
     tables[0].write_text(tables[0].read_text().replace("'4'", "'5'").replace("(4)", "(5)") + "\n# changed\n")
     done = run_task(tmp_path, array.script, 4, array.job_id)
     assert done.returncode == 1 and "missing or changed" in done.stderr
+
+
+@pytest.mark.parametrize("limit", [sweep_script.INLINE_TABLE_LIMIT, 100])
+def test_the_script_ends_with_the_trailer_after_its_table_so_a_truncated_one_is_refused(env, monkeypatch, limit):
+    tmp_path, journal = env
+    monkeypatch.setattr(sweep_script, "INLINE_TABLE_LIMIT", limit)
+    alpha, _ = submit(tmp_path, journal, ["echo", "{s}", "{t}"], grid=["s=0..9", "t=line1\\nline2,x"])
+    (array,) = alpha.arrays.values()
+    assert array.script.endswith("\n" + SCRIPT_TRAILER + "\n") and array.script.count(SCRIPT_TRAILER) == 1
+    # The login node's submit-once wrapper, run for real (scontrol, squeue and sbatch stand-ins on PATH).
+    fake_bin = tmp_path / "wrapper-bin"
+    fake_bin.mkdir()
+    for tool, body in (("scontrol", "exit 0"), ("squeue", "exit 0"), ("sbatch", "echo 4242")):
+        (fake_bin / tool).write_text("#!/bin/sh\n%s\n" % body)
+        (fake_bin / tool).chmod(0o755)
+    wrapper_env = dict(os.environ, PATH="%s:%s" % (fake_bin, os.environ["PATH"]), TMPDIR=str(tmp_path))
+    for script, code in ((array.script, 0), (array.script[:-40], 3)):
+        done = subprocess.run(commands.sbatch_once("sw-t%d" % code), input=script, env=wrapper_env,
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == code, done.stderr
+        assert (done.stdout.split()[-1:] == ["4242"]) == (code == 0)
+    assert done.stderr.strip().endswith("the job script arrived incomplete; nothing was submitted")
 
 
 def _fake_scontrol(tmp_path):
