@@ -43,6 +43,7 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequenc
 
 from slurmkit.errors import SlurmkitError
 from slurmkit.slurm import commands
+from slurmkit.slurm.parsers import time_limit_text
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm.runner import CommandResult, Runner
 from slurmkit.slurm.types import FINISHED_STATES
@@ -579,7 +580,8 @@ class FakeSlurm(CommandBackend):
             stdout = r["standard_output"] or "slurm-%j.out"
             values = [r["job_id"], r["name"], r["job_state"], r["partition"], r["node_count"], r["nodes"],
                       slurm_timestamp(r["start_time"]) if r["start_time"] else "N/A",
-                      slurm_timestamp(r["end_time"]) if r["end_time"] else "N/A", _hms(r["time_limit"]), r["user_name"],
+                      slurm_timestamp(r["end_time"]) if r["end_time"] else "N/A", time_limit_text(r["time_limit"]),
+                      r["user_name"],
                       r["state_reason"], r["exit_code"], stdout, r["current_working_directory"],
                       r["cluster"], r["comment"] or "(null)"]
             lines.append(commands.SQUEUE_DELIMITER.join(str(v) for v in values) + "\n")
@@ -620,7 +622,7 @@ class FakeSlurm(CommandBackend):
                 "NodeList": job.nodes or "None assigned",
                 "Start": slurm_timestamp(job.start_time) if job.start_time else "Unknown",
                 "End": slurm_timestamp(job.end_time) if job.end_time else "Unknown",
-                "Timelimit": _hms(job.time_limit), "User": job.user,
+                "Timelimit": time_limit_text(job.time_limit), "User": job.user,
                 "Reason": job.reason if job.state == "PENDING" else "None",
                 "ExitCode": "%d:%d" % (job.exit_status >> 8 & 0xFF, job.exit_status & 0x7F),
                 "DerivedExitCode": "0:0", "Comment": job.comment}
@@ -761,12 +763,6 @@ def option_value(argv: Sequence[str], prefix: str) -> str:
 
 def slurm_timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(int(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def _hms(minutes: int) -> str:
-    days, rest = divmod(int(minutes), 1440)
-    text = "%02d:%02d:00" % divmod(rest, 60)
-    return "%d-%s" % (days, text) if days else text
 
 
 # --------------------------------------------------------------------------

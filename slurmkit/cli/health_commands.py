@@ -8,7 +8,7 @@ paramiko.
 
 import click
 
-from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option, warn
+from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option, warn
 
 
 @click.group("health", context_settings=CONTEXT)
@@ -31,9 +31,8 @@ def _read_plan(source):
 
 @health.command("check", context_settings=CONTEXT)
 @site_option
-@click.option("--cluster", "-M", metavar="NAME",
-              help="The node's cluster (default: the one whose slurm_conf is $SLURM_CONF or exists here, else "
-                   "the site's default).")
+@cluster_option(help="The node's cluster (default: the one whose slurm_conf is $SLURM_CONF or exists here, "
+                     "else the site's default).")
 @click.option("--node", "-n", metavar="NAME",
               help="Check as this node (default: $SLURMD_NODENAME, else the -N of the slurmd that started this, "
                    "else the host's short name).")
@@ -143,8 +142,8 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
 
 @health.command("sweep", context_settings=CONTEXT)
 @site_option
-@click.option("--cluster", "-M", "cluster_spec", metavar="NAME[,NAME]|all",
-              help="Clusters to sweep (default: the site's default cluster); 'all' for every one.")
+@cluster_option(dest="cluster_spec", metavar="NAME[,NAME]|all",
+                help="Clusters to sweep (default: the site's default cluster); 'all' for every one.")
 @click.option("--partition", "-p", metavar="NAME", help="Only the nodes of this partition.")
 @click.option("--node", "-n", "nodes", metavar="NAME", multiple=True, help="Only this node (repeatable).")
 @click.option("--drain", is_flag=True,

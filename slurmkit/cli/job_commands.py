@@ -36,9 +36,9 @@ def render(session, cluster, as_json, **kwargs):
 
 @click.command(context_settings=COMMAND_CONTEXT)
 @site_option
-@click.option("--cluster", "-M", metavar="NAME|auto|A,B", callback=text_value,
-              help="Cluster of the site; 'auto' (all clusters) or a comma list picks the one where the job "
-                   "starts soonest, failing over when one is down (default: the site's default cluster).")
+@cluster_option(metavar="NAME|auto|A,B",
+                help="Cluster of the site; 'auto' (all clusters) or a comma list picks the one where the job "
+                     "starts soonest, failing over when one is down (default: the site's default cluster).")
 @click.option("--accel", metavar="MODEL[,MODEL]", callback=text_value,
               help="Accelerators the job accepts, e.g. h100,a100 or ascend910b (models, vendors or 'none'); "
                    "searches every matching partition.")

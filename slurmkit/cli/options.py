@@ -167,9 +167,12 @@ def site_option(func):
                              "(default: $SLURMKIT_SITE).")(func)
 
 
-def cluster_option(func):
-    return click.option("--cluster", "-M", metavar="NAME", callback=text_value,
-                        help="Cluster of the site (default: the site's default cluster).")(func)
+def cluster_option(func=None, *, metavar: str = "NAME", dest: str = "cluster",
+                   help: str = "Cluster of the site (default: the site's default cluster)."):
+    """``--cluster``/``-M``: one option for every command (the name, the letter, no empty value); what it
+    accepts, its metavar and help, is the command's.  ``@cluster_option`` or ``@cluster_option(help=...)``."""
+    option = click.option("--cluster", "-M", dest, metavar=metavar, callback=text_value, help=help)
+    return option(func) if func is not None else option
 
 
 def json_option(func):

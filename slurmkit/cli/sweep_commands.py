@@ -11,8 +11,8 @@ import functools
 
 import click
 
-from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, job_options, job_spec_from, json_option,
-                                  print_json, requeue_options, site_option, text_value, warn)
+from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, cluster_option, job_options, job_spec_from,
+                                  json_option, print_json, requeue_options, site_option, text_value, warn)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -136,9 +136,9 @@ def sweep():
 
 @sweep.command("submit", context_settings=COMMAND_CONTEXT)
 @site_option
-@click.option("--cluster", "-M", metavar="NAME|auto|A,B", callback=text_value,
-              help="Cluster of the site; 'auto' (all) or a comma list splits the points between the clusters "
-                   "in proportion to what each can run soonest.")
+@cluster_option(metavar="NAME|auto|A,B",
+                help="Cluster of the site; 'auto' (all) or a comma list splits the points between the clusters "
+                     "in proportion to what each can run soonest.")
 @sweep_options
 @requeue_options
 @job_options

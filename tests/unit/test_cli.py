@@ -142,6 +142,21 @@ def test_site_show_and_templates(capsys):
     assert {"torchrun", "srun", "single"} <= {ln.split()[0] for ln in out.splitlines()[1:]}
 
 
+def test_every_cluster_option_is_the_shared_one_and_refuses_an_empty_value(capsys):
+    from slurmkit.cli.options import text_value
+
+    seen = []
+    for path, command in _all_commands(cli):
+        for param in command.params:
+            if isinstance(param, click.Option) and "--cluster" in param.opts:
+                assert param.opts == ["--cluster", "-M"] and param.callback is text_value, path
+                seen.append(" ".join(path))
+    assert {"submit", "render", "health check", "health sweep", "sweep submit"} <= set(seen)
+    for path in ("health sweep", "health check", "sweep submit"):
+        code, _, err = run(capsys, *path.split(), "--site", IB, "-M", "", *(["--", "x"] if "submit" in path else []))
+        assert code == 2 and "must not be empty" in _one_error_line(err), (path, err)
+
+
 def test_library_never_imports_click():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "slurmkit").rglob("*.py")
                  if "cli" not in p.parts and ("import click" in p.read_text() or "from click" in p.read_text())]
