@@ -497,6 +497,9 @@ class Cluster:
             # only record of them on clusters without slurmdbd, and the same
             # view on all three.
             "MinJobAge=3600",
+            # Every task of an array counts against MaxJobCount until MinJobAge after it ended,
+            # started or not: one run of make bench adds 15,000 (10,000 is Slurm's default).
+            "MaxJobCount=50000",
             # Job ids far apart per cluster: the three clusters share one machine, and jobs of
             # different clusters with the same id (as on fresh clusters) would derive the same
             # rendezvous port (site rendezvous.ports) and collide on it.  Real clusters have
