@@ -520,7 +520,8 @@ class FakeSlurm(CommandBackend):
         return job
 
     def _sbatch(self, script: str):
-        from slurmkit.slurm import directives, times
+        from slurmkit import times
+        from slurmkit.slurm import directives
 
         if not script.startswith("#!"):
             return 1, "", _NOT_A_SCRIPT

@@ -105,7 +105,7 @@ def time_value(ctx, param, value):
     if value is None:
         return value
     text_value(ctx, param, value)
-    from slurmkit.slurm import times
+    from slurmkit import times
 
     try:
         times.slurm_time_seconds(value)

@@ -463,7 +463,7 @@ def _unreachable(exc: SlurmkitError) -> bool:
 
 
 def _end_of(job) -> Optional[float]:
-    from slurmkit.slurm.times import slurm_time_seconds
+    from slurmkit.times import slurm_time_seconds
 
     if job.start_time is None or not job.time_limit:
         return None

@@ -79,7 +79,7 @@ def budget_overrides(max_restarts: Optional[int] = None, transient_exit_codes: S
     if checkpoint_conventions:
         out["checkpoint_conventions"] = list(checkpoint_conventions)
     if hang_timeout is not None:
-        from slurmkit.slurm.times import TIME_FORMATS_TEXT, slurm_time_seconds
+        from slurmkit.times import TIME_FORMATS_TEXT, slurm_time_seconds
 
         try:
             seconds = slurm_time_seconds(hang_timeout)

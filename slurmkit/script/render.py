@@ -26,7 +26,7 @@ import shlex
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.script import collective
-from slurmkit.slurm import times
+from slurmkit import times
 from slurmkit.errors import ConfigError, JobDoesNotFitError, UsageError
 from slurmkit.site.model import Cluster, Partition, Site
 

@@ -70,8 +70,8 @@ INVALID = _Invalid()
 # ---------------------------------------------------------------------------
 # Slurm time strings
 
-# One parser of Slurm times for the whole project: slurmkit.slurm.times.
-from slurmkit.slurm.times import TIME_FORMATS_TEXT, UNLIMITED_TIMES, slurm_time_seconds  # noqa: E402,F401
+# One parser of Slurm times for the whole project: slurmkit.times.
+from slurmkit.times import TIME_FORMATS_TEXT, UNLIMITED_TIMES, slurm_time_seconds  # noqa: E402,F401
 
 
 def check_time(value):

@@ -5,8 +5,9 @@
   runs the same argv on a login node); ``backend``: the interface and its
   command-based implementation; ``pyslurm_backend``: the optional pyslurm
   implementation; ``directives``: the ``#SBATCH`` parser it needs;
-  ``types``: the plain records backends return; ``times`` and ``hostlist``:
-  Slurm's time strings and host lists.
+  ``types``: the plain records backends return; ``hostlist``: Slurm's host
+  lists.  (Slurm's time strings are :mod:`slurmkit.times`, below this package
+  and the site configs alike.)
 
 This package never imports ``slurmkit.remote`` or the CLI: which transport a
 cluster gets is decided in :mod:`slurmkit.session`.

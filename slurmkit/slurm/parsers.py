@@ -282,7 +282,7 @@ def parse_squeue_format(text: str) -> "List[JobInfo]":
     """``squeue --Format`` rows of :func:`commands.squeue_format`, read as :func:`parse_squeue_json` reads
     the same job: the raw exit status, the end only of an ended job, the output path expanded, the time
     limit in the JSON's spelling."""
-    from slurmkit.slurm import times
+    from slurmkit import times
     from slurmkit.slurm.types import FINISHED_STATES, JobInfo
 
     jobs = []

@@ -71,7 +71,8 @@ from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmCommandError, SlurmkitError, SlurmUnavailableError
-from slurmkit.slurm import commands, directives, parsers, pyslurm_installed, times
+from slurmkit import times
+from slurmkit.slurm import commands, directives, parsers, pyslurm_installed
 from slurmkit.slurm.backend import UNREACHABLE_RE, CommandBackend
 from slurmkit.slurm.runner import LocalRunner, Runner
 from slurmkit.slurm.types import FINISHED_STATES, JobInfo

@@ -416,7 +416,7 @@ class _Placement(NamedTuple):
 
 
 def _duration_s(session, spec: JobSpec) -> float:
-    from slurmkit.slurm import times
+    from slurmkit import times
 
     seconds = times.slurm_time_seconds(spec.time or session.site.defaults.time)
     return float(seconds) if seconds else 3600.0

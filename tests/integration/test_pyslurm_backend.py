@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from slurmkit.slurm import times
+from slurmkit import times
 from slurmkit.site.model import Cluster
 from slurmkit.slurm import pyslurm_backend as pb
 from slurmkit.slurm.backend import CommandBackend
