@@ -34,10 +34,9 @@ def private_dir(name: str) -> Optional[str]:
 
 def write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically, readable by the user only; errors are ignored (it is a cache)."""
-    tmp = "%s.tmp%d" % (path, os.getpid())
+    from slurmkit.textfile import write_atomic
+
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)  # a concurrent reader sees the old file or the new one, never half
+        write_atomic(path, text, mode=0o600)   # a concurrent reader sees the old file or the new one, never half
     except OSError:
         pass

@@ -1,4 +1,6 @@
-"""Reading a small configuration file with bounds: site files and templates.
+"""Small text files: reading one with bounds, replacing one atomically.
+
+Reading a small configuration file with bounds: site files and templates.
 
 ``open(path).read()`` on what a user or an admin names trusts far too much:
 a FIFO blocks the reader forever, ``/dev/zero`` or a huge file eats all
@@ -8,8 +10,11 @@ bytes (a file longer than that is refused, never cut), and decodes UTF-8
 strictly, so every caller answers at once with one clear reason.
 """
 
+import itertools
 import os
 import stat
+
+_TMP_NUMBERS = itertools.count()
 
 
 class FileProblem(Exception):
@@ -61,3 +66,28 @@ def read_text(path, limit: int) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise FileProblem("not UTF-8 text (byte 0x%02x)" % data[exc.start], line) from None
+
+
+def write_atomic(path, text: str, *, mode: int = 0o644, fsync: bool = False) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) in one rename: a reader sees the old file or the new one,
+    never part of either.  The file gets exactly ``mode``; ``fsync`` makes the new text durable before it
+    replaces the old.  The temporary file is beside ``path`` (one file system, so the rename is atomic),
+    named for this process and call (threads and processes never share one), and removed when anything
+    fails; the OSError is the caller's to report or to ignore."""
+    path = os.fspath(path)
+    tmp = "%s.tmp%d-%d" % (path, os.getpid(), next(_TMP_NUMBERS))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), mode)         # exactly, whatever the umask
+            fh.write(text)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

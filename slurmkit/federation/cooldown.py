@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
+from slurmkit.textfile import write_atomic
+
 
 class Cooldown:
     def __init__(self, path: Optional[Path] = None, clock=time.time, threshold: int = 2,
@@ -46,9 +48,7 @@ class Cooldown:
             before = json.dumps(state, sort_keys=True)
             yield state
             if json.dumps(state, sort_keys=True) != before:
-                tmp = self.path.with_suffix(".tmp%d" % os.getpid())
-                tmp.write_text(json.dumps(state))
-                os.replace(tmp, self.path)
+                write_atomic(self.path, json.dumps(state))
 
     def check(self, cluster: str) -> Optional[str]:
         """Why ``cluster`` is being skipped right now, or None."""

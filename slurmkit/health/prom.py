@@ -14,9 +14,6 @@ Metrics (every one labelled with ``node``, ``cluster`` and ``partition``)::
     slurmkit_health_duration_seconds
 """
 
-import os
-import tempfile
-
 from slurmkit.health.results import FAIL, OK, WARN
 
 _STATUS = {OK: 0, WARN: 1, FAIL: 2}
@@ -57,18 +54,8 @@ def render(report) -> str:
 
 def write(path: str, report) -> None:
     """Replace ``path`` with the report's metrics in one rename (OSError if the directory is not writable)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(render(report))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)   # node_exporter often runs as its own user
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from slurmkit.textfile import write_atomic
+
+    # 0644: node_exporter often runs as its own user.  The temporary name does not end in .prom,
+    # so the textfile collector never reads a half-written file.
+    write_atomic(path, render(report), mode=0o644, fsync=True)

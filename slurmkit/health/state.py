@@ -43,15 +43,11 @@ def load(state_dir, node) -> dict:
 
 def save(state_dir, node, data: dict) -> None:
     """Atomically (temp file, rename); a full or read-only disk only costs the memory."""
+    from slurmkit.textfile import write_atomic
+
     path = _file(state_dir, node)
-    tmp = "%s.tmp%d" % (path, os.getpid())
     try:
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, sort_keys=True)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, sort_keys=True))
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

@@ -266,11 +266,10 @@ def _make_dirs(session, cluster: str, paths: Sequence[str], done: Set[Tuple[str,
 def _write_file(session, cluster: str, path: str, text: str) -> None:
     """Write a file where the cluster's jobs read it (here, or on its login node)."""
     if _is_local(session, cluster):
+        from slurmkit.textfile import write_atomic
+
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = "%s.tmp%d" % (path, os.getpid())
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
     else:
         _run(session.backend(cluster), slurmio.put_file(path), "writing %s" % path, stdin=text)
 
@@ -1273,8 +1272,7 @@ def write_points_file(path: str, records: Sequence[PointRecord]) -> int:
 
         sys.stdout.write(text)
     else:
-        tmp = "%s.tmp%d" % (path, os.getpid())
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        from slurmkit.textfile import write_atomic
+
+        write_atomic(path, text)
     return len(records)
