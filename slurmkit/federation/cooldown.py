@@ -36,11 +36,11 @@ class Cooldown:
         if self.path is None:  # no safe place to keep state: cooling down is off
             yield {}
             return
-        import fcntl
+        from slurmkit.filelock import lock_path
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(str(self.path) + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = lock_path(str(self.path) + ".lock", wait=None)     # held for one read and one write
+        try:
             try:
                 state = json.loads(self.path.read_text())
             except (OSError, ValueError):
@@ -49,6 +49,8 @@ class Cooldown:
             yield state
             if json.dumps(state, sort_keys=True) != before:
                 write_atomic(self.path, json.dumps(state))
+        finally:
+            os.close(lock)
 
     def check(self, cluster: str) -> Optional[str]:
         """Why ``cluster`` is being skipped right now, or None."""

@@ -22,7 +22,6 @@ One sweep:
    distinct reason.
 """
 
-import fcntl
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -83,32 +82,25 @@ class SweepLock:
 
     def __init__(self, path: str):
         self.path = path
-        self.fh = None
+        self.fd = None
 
     def __enter__(self):
+        from slurmkit import filelock
+
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fh = open(self.path, "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
+        fd = filelock.lock_path(self.path, mode=0o644)
+        if fd is None:
             raise SlurmkitError("another health sweep is running (%s; lock %s): this one stops rather than "
-                                "overlap it" % (holder, self.path)) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write("pid %d since %s" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S")))
-        fh.flush()
-        self.fh = fh
+                                "overlap it" % (filelock.holder(self.path), self.path))
+        filelock.claim(fd, "pid %d since %s" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S")))
+        self.fd = fd
         return self
 
     def __exit__(self, *exc):
-        if self.fh is not None:
-            self.fh.seek(0)
-            self.fh.truncate()
-            self.fh.close()   # closing releases the flock
-            self.fh = None
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)   # closing releases the flock
+            self.fd = None
 
 
 def lock_path(site) -> str:

@@ -206,18 +206,14 @@ class Journal:
 
     def exclusive(self) -> None:
         """Take the daemon lock for this journal for the life of the process, or fail saying who holds it."""
-        import fcntl
+        from slurmkit import filelock
 
-        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
-            os.close(fd)
+        path = self.path + ".lock"
+        fd = filelock.lock_path(path)
+        if fd is None:
             raise SlurmkitError("another slurmkit daemon (pid %s) is already working on %s; stop it first or use "
-                                "another journal" % (holder, self.path)) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+                                "another journal" % (filelock.holder(path), self.path))
+        filelock.claim(fd, str(os.getpid()))
         self._lock_fd = fd
 
     # -- writing ----------------------------------------------------------------

@@ -202,14 +202,13 @@ class Journal:
     def locked(self, sweep_id: str, wait: float = 60.0):
         """One submission, rerun or cancel of a sweep at a time (flock, per sweep, this machine):
         two at once could both decide that a point still needs to run."""
-        from ..filelock import flock_until
+        from slurmkit.filelock import lock_path
 
-        path = "%s.%s.lock" % (self.path, sweep_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = lock_path("%s.%s.lock" % (self.path, sweep_id), wait, poll=0.05)
+        if fd is None:
+            raise SweepBusy("another slurmkit command is still working on sweep %s after %.0fs; "
+                            "try again when it is done" % (sweep_id, wait))
         try:
-            if not flock_until(fd, time.monotonic() + wait, poll=0.05):
-                raise SweepBusy("another slurmkit command is still working on sweep %s after %.0fs; "
-                                "try again when it is done" % (sweep_id, wait))
             yield
         finally:
             os.close(fd)

@@ -55,3 +55,38 @@ def test_a_sweep_held_by_another_command_is_busy_after_the_wait(tmp_path):
     finally:
         journal.close()
         other.close()
+
+
+def test_lock_path_tries_once_waits_or_blocks_and_the_holder_says_who_it_is(tmp_path):
+    from slurmkit import filelock
+
+    path = str(tmp_path / "daemon.lock")
+    held = filelock.lock_path(path)
+    assert held is not None
+    try:
+        filelock.claim(held, "pid 4242 since then")
+        start = time.monotonic()
+        assert filelock.lock_path(path) is None and time.monotonic() - start < 1       # one try
+        assert filelock.lock_path(path, 0.3) is None and time.monotonic() - start >= 0.3
+        assert filelock.holder(path) == "pid 4242 since then"
+        filelock.claim(held, "pid 7")                                                  # shorter: no old tail
+        assert filelock.holder(path) == "pid 7"
+    finally:
+        os.close(held)
+    again = filelock.lock_path(path, wait=None)                                        # free: taken at once
+    assert again is not None
+    os.close(again)
+    assert filelock.holder(str(tmp_path / "none")) == "another process"
+
+
+def test_a_second_requeue_daemon_on_one_journal_is_refused_naming_the_first(tmp_path):
+    from slurmkit.requeue.journal import Journal as RequeueJournal
+
+    first, second = RequeueJournal(str(tmp_path / "j.db")), RequeueJournal(str(tmp_path / "j.db"))
+    try:
+        first.exclusive()
+        with pytest.raises(SlurmkitError, match=r"another slurmkit daemon \(pid %d\) is already working" % os.getpid()):
+            second.exclusive()
+    finally:
+        first.close()
+        second.close()
