@@ -1,4 +1,5 @@
-"""Private per-user cache directories (used by the site, script and topology caches).
+"""Where slurmkit keeps a user's files: private cache directories (the site, script and topology
+caches) and the state directory (the requeue and sweep journals, the health state).
 
 Start-up time matters: ``slurmkit submit`` runs as a fresh process for every
 job, so parsed site configs, compiled and rendered templates are kept on
@@ -12,6 +13,13 @@ Paths are plain strings: this module is on every submission's path.
 import os
 import stat
 from typing import Optional
+
+
+def state_dir() -> str:
+    """The user's state directory: ``$SLURMKIT_STATE_DIR``, else ``$XDG_STATE_HOME/slurmkit``
+    (``~/.local/state/slurmkit``)."""
+    return os.environ.get("SLURMKIT_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "slurmkit")
 
 
 def cache_root() -> str:

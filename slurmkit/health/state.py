@@ -17,14 +17,11 @@ import json
 import os
 import re
 
-
-def default_state_dir() -> str:
-    return os.environ.get("SLURMKIT_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "slurmkit")
+from slurmkit import cache
 
 
 def health_dir(state_dir=None) -> str:
-    return os.path.join(state_dir or default_state_dir(), "health")
+    return os.path.join(state_dir or cache.state_dir(), "health")
 
 
 def _file(state_dir, node):

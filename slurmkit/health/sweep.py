@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 from slurmkit.errors import RemoteError, SlurmkitError, SlurmUnavailableError, UsageError
 from slurmkit.health import ownership, plan as plans, slurmside
 from slurmkit.health.results import NodeReport
-from slurmkit.health.state import default_state_dir
+from slurmkit.cache import state_dir
 
 HEALTHY, UNHEALTHY, UNREACHABLE, ERROR, SKIPPED = "healthy", "unhealthy", "unreachable", "error", "skipped"
 RELAYED_STATUSES = (HEALTHY, UNHEALTHY, UNREACHABLE, ERROR)   # what a relay may say of a node
@@ -104,7 +104,7 @@ class SweepLock:
 
 
 def lock_path(site) -> str:
-    return os.path.join(site.health.state_dir or default_state_dir(), "health", "sweep.lock")
+    return os.path.join(site.health.state_dir or state_dir(), "health", "sweep.lock")
 
 
 # ---------------------------------------------------------------- reaching a node

@@ -94,12 +94,9 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
-def state_dir() -> str:
-    return os.environ.get("SLURMKIT_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "slurmkit")
-
-
 def default_path() -> str:
+    from slurmkit.cache import state_dir
+
     return os.path.join(state_dir(), "requeue.db")
 
 

@@ -99,7 +99,7 @@ class SweepBusy(SlurmkitError):
 
 
 def default_path() -> str:
-    from slurmkit.requeue.journal import state_dir
+    from slurmkit.cache import state_dir
 
     return os.path.join(state_dir(), "sweeps.db")
 
