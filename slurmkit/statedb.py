@@ -9,7 +9,11 @@ steps and every step is one transaction.  The file is private to the user.
 import os
 import sqlite3
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Dict, Iterator, Sequence
+
+from slurmkit.errors import SlurmkitError
+
+_VERSION = "SELECT value FROM meta WHERE key='schema_version'"
 
 
 def open_db(path: str, schema: str, synchronous: str) -> sqlite3.Connection:
@@ -38,3 +42,22 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+def check_schema(db: sqlite3.Connection, current: int, what: str, path: str,
+                 migrations: Dict[int, Sequence[str]] = None) -> None:
+    """Record the schema version of a new journal; refuse one a newer slurmkit wrote; bring an older one up
+    to ``current`` with ``migrations`` (version -> statements), in one transaction (a crash leaves it old).
+    The journal's schema has ``meta(key, value)``."""
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(current),))
+    version = int(db.execute(_VERSION).fetchone()[0])
+    if version > current:
+        raise SlurmkitError("the %s %s was written by a newer slurmkit (schema %d); upgrade slurmkit"
+                            % (what, path, version))
+    if version < current:
+        with transaction(db) as tx:
+            found = int(tx.execute(_VERSION).fetchone()[0])
+            for step in range(found + 1, current + 1):      # another process may have done it meanwhile
+                for statement in (migrations or {})[step]:
+                    tx.execute(statement)
+            tx.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(current),))

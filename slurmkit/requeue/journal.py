@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from slurmkit.errors import SlurmkitError
-from slurmkit.statedb import open_db, transaction
+from slurmkit.statedb import check_schema, open_db, transaction
 
 SCHEMA_VERSION = 2
 # What each version added to the one before, for journals written by an older slurmkit.
@@ -172,23 +172,8 @@ class Journal:
         self.clock = clock
         self.db = open_db(self.path, _SCHEMA, synchronous="FULL")   # a committed step survives power loss too
         self.db.row_factory = sqlite3.Row
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        version = int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise SlurmkitError("the requeue journal %s was written by a newer slurmkit (schema %d); upgrade "
-                                "slurmkit" % (self.path, version))
-        if version < SCHEMA_VERSION:
-            self._migrate(version)
+        check_schema(self.db, SCHEMA_VERSION, "requeue journal", self.path, _MIGRATIONS)
         self._lock_fd = None
-
-    def _migrate(self, version: int) -> None:
-        """Bring a journal of an older schema up to this one, in one transaction (a crash leaves it old)."""
-        with self._tx() as db:
-            found = int(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-            for step in range(found + 1, SCHEMA_VERSION + 1):      # another process may have done it
-                for statement in _MIGRATIONS[step]:
-                    db.execute(statement)
-            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self):
         self.db.close()

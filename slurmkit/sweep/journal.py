@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError
-from slurmkit.statedb import open_db, transaction
+from slurmkit.statedb import check_schema, open_db, transaction
 
 SCHEMA_VERSION = 1
 
@@ -180,11 +180,7 @@ class Journal:
         self.path = path or default_path()
         self.clock = clock
         self.db = open_db(self.path, _SCHEMA, synchronous="NORMAL")   # with WAL: survives a crash of the process
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        version = int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise SlurmkitError("the sweep journal %s was written by a newer slurmkit (schema %d); upgrade slurmkit"
-                                % (self.path, version))
+        check_schema(self.db, SCHEMA_VERSION, "sweep journal", self.path)
 
     def close(self):
         self.db.close()

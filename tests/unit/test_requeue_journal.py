@@ -160,3 +160,25 @@ def test_a_journal_of_the_first_schema_is_brought_up_to_date_and_keeps_its_jobs(
     finally:
         journal.close()
     Journal(path).close()                    # opened again: nothing left to migrate, no error
+
+
+@pytest.mark.parametrize("kind", ["requeue", "sweep"])
+def test_a_journal_a_newer_slurmkit_wrote_is_refused_and_left_as_it_was(tmp_path, kind):
+    from slurmkit.errors import SlurmkitError
+    from slurmkit.sweep.journal import Journal as SweepJournal
+
+    opener = Journal if kind == "requeue" else SweepJournal
+    path = str(tmp_path / "j.db")
+    opener(path).close()
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(SlurmkitError, match=r"the %s journal .*j\.db was written by a newer slurmkit \(schema 99\); "
+                                            r"upgrade slurmkit" % kind):
+        opener(path)
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "99"
+    db.close()
