@@ -13,6 +13,7 @@ include devcluster/cluster.mk
 help:
 	@echo "make test      install everything, start the local clusters, run all tests, stop the clusters"
 	@echo "make unit      unit tests only (no cluster needed)"
+	@echo "make test-fast everything but the tests marked slow (over 3 s each), on the local clusters (left up)"
 	@echo "make demo      start the local clusters and run a 2-node --comm heavy job end to end"
 	@echo "make pyslurm   build pyslurm for the installed Slurm (wheel cached in .cache/pyslurm) into .venv"
 	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
@@ -66,6 +67,12 @@ test: pyslurm
 test: venv compile cluster-up
 	@status=0; $(PY) -m pytest -q --durations=15 tests $(PYTEST_ARGS) || status=$$?; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
+
+# The edit-test loop: the suite without the tests marked slow (each over 3 s on the CI machine),
+# on the dev clusters; `make test` runs everything.
+.PHONY: test-fast
+test-fast: venv compile cluster-up
+	$(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
 
 demo: venv compile cluster-up
 	$(PY) -m slurmkit submit --site site_configs/local.yaml --cluster alpha --partition gpu \

@@ -123,6 +123,7 @@ def test_jobs_by_id_on_alpha_asks_sacct_for_what_squeue_no_longer_lists(devclust
                (b.state, b.exit_code, b.signal, b.nodelist, b.partition, b.name, b.user)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster", ["alpha", "beta"])
 def test_jobs_by_id_or_user_read_as_the_whole_list_reads_them(devcluster, cluster, tmp_path):
     """squeue --Format, filtered by squeue (one id: that job alone, REQUEST_JOB_INFO_SINGLE in slurmctld,

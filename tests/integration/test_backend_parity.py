@@ -267,6 +267,7 @@ def test_a_job_without_a_name_is_named_as_sbatch_names_it(pairs):
     assert (out_dir / ("%s-%s.out" % (unnamed_x(), by_pyslurm))).exists(), sorted(os.listdir(str(out_dir)))
 
 
+@pytest.mark.slow
 def test_a_torchrun_job_rendered_by_slurmkit(backends, tmp_path):
     """The built-in torchrun template, one node, through both backends alike."""
     probe = subprocess.run([sys.executable, "-c", "import torch.distributed"], capture_output=True)

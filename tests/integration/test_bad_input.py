@@ -52,6 +52,7 @@ def unique_token(what):
 
 # --------------------------------------------------------------------- never twice
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", ["local", "ssh"])
 def test_twenty_parallel_submits_with_one_token_make_exactly_one_job(devcluster, tmp_path, via):
     token = unique_token("par-" + via)
@@ -284,6 +285,7 @@ def test_cancel_of_an_unknown_job_is_exit_1_and_the_known_one_is_cancelled(devcl
 
 # --------------------------------------------------------------------- the command reaches the program as given
 
+@pytest.mark.slow
 def test_options_after_the_program_reach_it_and_a_dash_program_runs(devcluster, tmp_path):
     # A program whose name starts with '-', found on PATH (sbatch exports the submitting environment).
     dash = tmp_path / "-show"

@@ -150,6 +150,7 @@ def test_stopped_sshd_is_unreachable_and_fast(dev, home, devcluster_control):
     assert_healthy(dev, statuses["beta"])
 
 
+@pytest.mark.slow
 def test_stopped_slurmctld_is_unreachable(dev, home, devcluster_control):
     with devcluster_control.ctld_stopped("gamma"):
         proc, statuses, elapsed = clusters_json(home)
@@ -239,6 +240,7 @@ def test_site_trust_errors(dev, home, untrusted_site):
     assert known.read_text() == ""
 
 
+@pytest.mark.slow
 def test_probe_script_on_real_slurm_counts_pending_and_fails_fast(devcluster, devcluster_control):
     """The probe's shell script itself, run with the real Slurm commands of gamma (no SSH)."""
     from slurmkit.federation.survey import parse_probe, probe_argv

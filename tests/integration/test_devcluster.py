@@ -91,6 +91,7 @@ def test_two_node_gpu_job_runs_srun_on_both_nodes_under_one_leaf(devcluster, tmp
     assert lines == ["an%d 0,1" % first, "an%d 0,1" % (first + 1)]
 
 
+@pytest.mark.slow
 def test_gamma_npu_gres_job_is_allocated_and_runs(devcluster, tmp_path):
     out = tmp_path / "npu.out"
     job = devcluster.sbatch("gamma", "-N1", "--gres=npu:8", "--time=2", "-o", out,
@@ -268,6 +269,7 @@ def test_beta_has_no_accounting(devcluster, tmp_path):
 
 # ------------------------------------------------------------------ preemption
 
+@pytest.mark.slow
 def test_urgent_job_preempts_a_gpu_job_on_beta(devcluster, tmp_path):
     victim_out = tmp_path / "victim.out"
     victim = devcluster.sbatch("beta", "-p", "gpu", "-w", "bn3", "--exclusive", "--gres=gpu:4", "--time=2",

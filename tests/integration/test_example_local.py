@@ -97,6 +97,7 @@ def test_two_ranks_agree_on_loss_and_weights(uninterrupted):
     assert float(losses[0][1]) < 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @requires_torch
 def test_resumed_run_ends_exactly_where_an_uninterrupted_one_does(uninterrupted, tmp_path):
@@ -114,6 +115,7 @@ def test_resumed_run_ends_exactly_where_an_uninterrupted_one_does(uninterrupted,
     assert (found.step, found.convention, found.skipped) == (20, "marker", [])
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @requires_torch
 def test_sigusr1_on_one_rank_saves_stops_all_and_resume_skips_a_partial_newer_checkpoint(
@@ -143,6 +145,7 @@ def test_sigusr1_on_one_rank_saves_stops_all_and_resume_skips_a_partial_newer_ch
     assert finals(out) == finals(uninterrupted)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @requires_torch
 def test_torchrun_passes_sigusr1_on_when_told_to_and_the_workers_save(tmp_path):
@@ -202,6 +205,7 @@ def _torch_loaded(pid):
         return "libtorch" in f.read()
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @requires_torch
 def test_a_sigusr1_that_comes_while_torch_still_imports_is_not_lost(tmp_path):
@@ -253,6 +257,7 @@ DCP_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @requires_torch
 def test_distributed_checkpoint_written_by_both_ranks_is_published_once(tmp_path):

@@ -93,6 +93,7 @@ def test_accel_filter_and_vendor_templates(devcluster, fed, request):
     assert "#SBATCH --gres=npu:ascend910b:1" in script and "HCCL_SOCKET_IFNAME=lo" in script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("outage,needles", [
     ("sshd_stopped", ["Connection refused"]),
     # the controller ping fails at once, where sbatch alone would retry for ~18 s
@@ -127,6 +128,7 @@ def test_a_failing_cluster_is_cooled_down(devcluster, devcluster_control, fed):
     assert candidates(fed(*args))["gamma"]["skip"] == "cooling"
 
 
+@pytest.mark.slow
 def test_status_and_cancel_across_clusters(devcluster, devcluster_control, fed):
     ids = [json.loads(fed("submit", "--cluster", name, "--json", "-o", fed.out, "-N", "1", "-T", "single",
                           "-t", "5", "--", "sleep", "300").stdout)["id"] for name in ("alpha", "beta")]

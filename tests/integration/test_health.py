@@ -180,6 +180,7 @@ def test_a_check_told_its_node_checks_as_that_node(devcluster, tmp_path):
     assert "daemon:slurmd" in failing and "mount:%s" % (tmp_path / "scratch" / "bn9") in failing
 
 
+@pytest.mark.slow
 def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devcluster, tmp_path, beta):
     site = write_site(tmp_path, devcluster, resume_after=2)
     (tmp_path / "scratch" / "bn2").rmdir()
@@ -201,6 +202,7 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
     assert "DRAIN" not in info.state and info.reason == ""
 
 
+@pytest.mark.slow
 def test_never_resumes_a_node_drained_by_someone_else(devcluster, tmp_path, beta):
     site = write_site(tmp_path, devcluster, resume_after=1)
     devcluster.slurm("beta", "scontrol", "update", "NodeName=bn3", "State=DRAIN", "Reason=%s: fan" % beta)
@@ -224,6 +226,7 @@ def test_never_resumes_a_node_drained_by_someone_else(devcluster, tmp_path, beta
     assert node_state("beta", "bn3", devcluster).reason == "%s: fan" % beta
 
 
+@pytest.mark.slow
 def test_the_drain_cap(devcluster, tmp_path, beta):
     site = write_site(tmp_path, devcluster, cap=1)
     for node in ("bn1", "bn2"):
@@ -271,6 +274,7 @@ def gamma_health(devcluster):
             devcluster.slurm("gamma", "scontrol", "update", "NodeName=gn2", "State=RESUME")
 
 
+@pytest.mark.slow
 def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_health):
     scratch, token = gamma_health
     config = devcluster.slurm("gamma", "scontrol", "show", "config").stdout
@@ -297,6 +301,7 @@ def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_
     assert "DRAIN" in info.state and info.reason == "%s: cabling" % token
 
 
+@pytest.mark.slow
 def test_a_failure_both_nodes_share_drains_one_of_them_under_a_cap_of_one(devcluster, gamma_health):
     """gamma's health site has drain_cap 1.  A failure both nodes see at once (their scratch mounts
     both gone) used to drain both: slurmd runs the check on both nodes in the same second (one

@@ -667,6 +667,7 @@ def crash_at(user, driver, point, backend=None):
     user.note("killed at %s" % point)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point,before,backend", CRASHES,
                          ids=["%s%s%s" % (p, "-after-" + b if b else "", "-" + k if k else "") for p, b, k in CRASHES])
 def test_kill_9_anywhere_in_a_restart_makes_exactly_one_new_attempt(devcluster, tmp_path, crash_driver, point,
@@ -707,6 +708,7 @@ def test_kill_9_anywhere_in_a_restart_makes_exactly_one_new_attempt(devcluster, 
 # the srun template: one task's transient exit is the job's
 # --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_transient_exit_of_one_srun_task_is_the_jobs_and_restarts(devcluster, tmp_path):
     user = User(tmp_path, "srun", "gamma")
     try:
@@ -766,6 +768,7 @@ sys.exit(main(["daemon", "once", "--json"]))
 '''
 
 
+@pytest.mark.slow
 def test_a_restart_squeue_forgot_is_found_by_its_token_in_accounting(devcluster, tmp_path, crash_driver):
     user = User(tmp_path, "acct", "alpha")
     driver = tmp_path / "forgetful_driver.py"
@@ -837,6 +840,7 @@ def daemon_run(user, *args):
                 proc.wait()
 
 
+@pytest.mark.slow
 def test_a_crash_loop_is_stopped_within_its_budget(devcluster, tmp_path):
     user = User(tmp_path, "loop", "beta")
     try:

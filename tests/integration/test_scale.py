@@ -132,6 +132,7 @@ def leaves_used(topo, nodes):
     return sorted(name for name, (level, members, _) in topo.items() if level == 0 and members & nodes)
 
 
+@pytest.mark.slow
 def test_heavy_jobs_of_16_and_32_nodes_get_one_and_two_leaves(cluster):
     env, _ = cluster
     topo = switches(env)
@@ -148,6 +149,7 @@ def test_heavy_jobs_of_16_and_32_nodes_get_one_and_two_leaves(cluster):
         assert len(leaves_used(topo, nodes)) == n // 16, (n, info["NodeList"], leaves_used(topo, nodes))
 
 
+@pytest.mark.slow
 def test_heavy_job_of_64_nodes_gets_four_whole_leaves_of_one_spine_around_busy_ones(cluster):
     """With the first spine's first four leaves and half its fifth busy (56 of
     its 128 nodes left), the 64-node job (slurmkit asks --switches=4) must
@@ -199,6 +201,7 @@ def test_heavy_job_of_64_nodes_gets_four_whole_leaves_of_one_spine_around_busy_o
         run(["scancel", blocker], env, check=False)
 
 
+@pytest.mark.slow
 def test_status_costs_the_same_rpcs_among_thousands_of_other_jobs(cluster):
     env, _ = cluster
     ids = ["scale:%s" % submit_heavy(env, 16)[0] for _ in range(2)]
@@ -249,6 +252,7 @@ def test_topology_is_one_line_per_switch_by_default_and_every_node_on_request(cl
     assert len(detail.splitlines()) == 1 + len(topo) + n
 
 
+@pytest.mark.slow
 def test_a_health_sweep_through_relays_checks_every_node_as_itself(cluster, tmp_path):
     """health.relays on 64 of the nodes at fan-out 8: the sweep reaches 8 relays over SSH, each of which
     checks its 8 consecutive nodes (itself locally, 7 peers over SSH at their own addresses, with the
@@ -273,6 +277,7 @@ def test_a_health_sweep_through_relays_checks_every_node_as_itself(cluster, tmp_
     assert len({r["via"] for r in rows.values()}) == 8
 
 
+@pytest.mark.slow
 def test_the_drain_cap_holds_when_many_nodes_fail_in_the_same_second(cluster):
     """96 nodes find the same failure (a shared mount, a driver, a switch) and each drains itself at
     once, as their HealthCheckPrograms would: the nodes share nothing but slurmctld, whose drain

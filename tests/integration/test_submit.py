@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from conftest import job_info, slurm, wait_job_state
 
@@ -92,6 +93,7 @@ def test_hostile_names_and_arguments_are_passed_literally(devcluster, tmp_path):
     assert json.loads(slurmkit("status", "--json", job["id"]).stdout)["jobs"][0]["name"] == name
 
 
+@pytest.mark.slow
 def test_status_cancel_round_trip(devcluster, tmp_path):
     job = submit("-p", "cpu", "-T", "single", "-t", "5", "-o", str(tmp_path / "o-%j"), "--", "sleep", "300")
     wait_job_state("alpha", job["job_id"], {"RUNNING"}, timeout=60)
@@ -147,6 +149,7 @@ def test_sbatch_refusal_is_shown_with_exit_1(devcluster, tmp_path):
     assert "invalid partition" in lines[0].lower()
 
 
+@pytest.mark.slow
 def test_wait_reports_output_and_leaf_switch(devcluster, tmp_path):
     job = submit("-N", "2", "--gpus-per-node", "1", "--comm", "heavy", "-T", "srun", "-t", "2",
                  "-o", str(tmp_path / "w-%j.out"), "--", "true")

@@ -79,6 +79,7 @@ def outputs(data, sweep_dir):
     return out
 
 
+@pytest.mark.slow
 def test_200_points_over_alpha_and_beta_with_hostile_values_then_rerun_only_the_failed(devcluster, tmp_path,
                                                                                        cancel_after):
     marker = tmp_path / "pwned"
@@ -130,6 +131,7 @@ def test_200_points_over_alpha_and_beta_with_hostile_values_then_rerun_only_the_
     assert {p["restarts"] for p in again} == {1} and {p["task"] for p in again} == {f["task"] for f in failed}
 
 
+@pytest.mark.slow
 def test_an_edited_grid_skips_completed_points_and_adds_the_new_ones(devcluster, tmp_path, cancel_after):
     sweep_dir = tmp_path / "sweep"
     common = ["--sweep-dir", str(sweep_dir), "--cluster", "alpha", "-p", "cpu", "-T", "single", "-t", "2", "--",
@@ -150,6 +152,7 @@ def test_an_edited_grid_skips_completed_points_and_adds_the_new_ones(devcluster,
     assert runs == {"0": 1, "1": 1, "2": 2, "3": 1, "4": 1, "5": 1}
 
 
+@pytest.mark.slow
 def test_more_points_than_max_array_size_split_and_a_canary_holds_a_broken_sweep(devcluster, tmp_path,
                                                                                  cancel_after):
     """1,100 points on alpha (MaxArraySize 1001): two arrays of 550, each indexed from 0; the broken
@@ -181,6 +184,7 @@ def test_more_points_than_max_array_size_split_and_a_canary_holds_a_broken_sweep
     assert status(tmp_path, sweep_id)["counts"] == {"CANCELLED": 1098, "FAILED": 2}
 
 
+@pytest.mark.slow
 def test_a_sweep_above_gammas_max_array_size_and_max_array_tasks_is_split_within_both(devcluster, tmp_path,
                                                                                       cancel_after):
     """gamma: MaxArraySize=50, max_array_tasks=20 (SchedulerParameters).  120 points become arrays of at
@@ -221,6 +225,7 @@ def test_a_sweep_above_gammas_max_array_size_and_max_array_tasks_is_split_within
     assert len(set(seen.values())) == 120                                         # 120 distinct tasks
 
 
+@pytest.mark.slow
 def test_a_passing_canary_widens_the_throttle_and_the_sweep_completes(devcluster, tmp_path, cancel_after):
     proc = slurmkit(tmp_path, "submit", "--sweep", "i=0..7", "--canary", "1", "--max-running", "4", "--sweep-dir",
                     str(tmp_path / "sweep"), "--cluster", "beta", "-p", "gpu", "--gpus-per-node", "0", "-T", "single",
@@ -237,6 +242,7 @@ def test_a_passing_canary_widens_the_throttle_and_the_sweep_completes(devcluster
     assert [ln.split()[1] for ln in said] == [str(i) for i in range(8)]
 
 
+@pytest.mark.slow
 def test_a_sweep_over_ssh_reads_failed_output_on_the_login_node(devcluster, tmp_path, cancel_after):
     env = {"SLURMKIT_VIA": "ssh"}
     proc = slurmkit(tmp_path, "submit", "--sweep", "seed=6..8", "--sweep-dir", str(tmp_path / "sweep"),
@@ -254,6 +260,7 @@ def test_a_sweep_over_ssh_reads_failed_output_on_the_login_node(devcluster, tmp_
 # one line without a task id.  beta keeps no accounting, so that line is all there is to know: before it was
 # read, a move from beta moved nothing, and one from alpha only once slurmdbd had the cancel (it failed in
 # whole-file runs, with slurmdbd busy).
+@pytest.mark.slow
 @pytest.mark.parametrize("source,options", [("alpha", ("-p", "cpu")), ("beta", ("-p", "gpu", "--gpus-per-node", "0"))])
 def test_pending_tasks_move_to_another_cluster_and_every_point_runs_once(devcluster, tmp_path, cancel_after, source,
                                                                          options):
@@ -314,6 +321,7 @@ def attempts_of(sweep_dir, point_id):
     return runs
 
 
+@pytest.mark.slow
 def test_auto_requeue_restarts_only_the_task_whose_node_failed_from_its_own_checkpoint(devcluster, tmp_path,
                                                                                       cancel_after):
     """Four points on alpha, each on a node of its own (--exclusive: only this sweep's task dies with the
@@ -409,6 +417,7 @@ SAVES_ON_USR1 = ("import json, os, sys, time\n"
                  "print('final step=%d' % step, flush=True)\n")
 
 
+@pytest.mark.slow
 def test_auto_requeue_a_task_that_saved_on_usr1_resumes_from_that_checkpoint(devcluster, tmp_path, cancel_after):
     """The time-limit path of one task: USR1 to its batch shell (what --signal=B:USR1 sends before the limit)
     goes through the sweep's supervisor and slurmkit_run_step to the program, which saves and exits 75; the
@@ -444,6 +453,7 @@ def test_auto_requeue_a_task_that_saved_on_usr1_resumes_from_that_checkpoint(dev
     assert [r[-1] for r in attempts_of(sweep_dir, other["point"])] == ["final step=40"]     # not touched
 
 
+@pytest.mark.slow
 def test_auto_requeue_restarts_only_the_preempted_task_from_its_own_checkpoint(devcluster, tmp_path, cancel_after):
     """Three points on beta, a node each (--exclusive); an urgent job takes the slow point's node (beta's
     urgent partition preempts gpu, PreemptMode=CANCEL): that task alone ends PREEMPTED, and `daemon once`

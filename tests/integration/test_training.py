@@ -212,6 +212,7 @@ def first_node(job_id):
     return nodes[0], nodes
 
 
+@pytest.mark.slow
 def test_two_nodes_one_worker_each_heavy_torchrun(devcluster, jobs):
     submitted = jobs.submitted["heavy"]
     summary, text = jobs.finished("heavy")
