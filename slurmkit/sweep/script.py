@@ -93,7 +93,7 @@ def table_digest(text: str) -> str:
 
 
 def _prologue(sweep_id: str, sweep_dir: str, table_file: Optional[Tuple[str, str]], skip: int) -> str:
-    """The lines between the directives and the task: find the row, export it, set up the point's files."""
+    """The lines between the directives and the task: find the task's row in the table and export it."""
     q = shlex.quote
     out = ["# slurmkit sweep %s: each task runs the point of its SLURM_ARRAY_TASK_ID in the points table, with"
            % sweep_id,
@@ -134,59 +134,55 @@ def _prologue(sweep_id: str, sweep_dir: str, table_file: Optional[Tuple[str, str
 
 
 def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
-    """After the task's function: run it as a child that this shell watches, unless this is that child."""
+    """After the task's function: run it as a child that this shell watches and ends as it did."""
     out = [
-        "if [[ ${SLURMKIT_SWEEP_STAGE:-} != task ]]; then",
-        '    if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
-        '        echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
-        "        exit 1",
-        "    fi",
-        "    # Every attempt of the point appends to its own two files, after a line that names the attempt.",
-        '    exec >>"$SLURMKIT_SWEEP_POINT_DIR/output.log" 2>>"$SLURMKIT_SWEEP_POINT_DIR/error.log"',
-        "    TZ=UTC0 printf -v slurmkit_sweep_now '%(%Y-%m-%dT%H:%M:%SZ)T' -1",
-        '    slurmkit_sweep_attempt="== slurmkit sweep $SLURMKIT_SWEEP_ID point $SLURMKIT_SWEEP_POINT: task '
+        'if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
+        '    echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
+        "    exit 1",
+        "fi",
+        "# Every attempt of the point appends to its own two files, after a line that names the attempt.",
+        'exec >>"$SLURMKIT_SWEEP_POINT_DIR/output.log" 2>>"$SLURMKIT_SWEEP_POINT_DIR/error.log"',
+        "TZ=UTC0 printf -v slurmkit_sweep_now '%(%Y-%m-%dT%H:%M:%SZ)T' -1",
+        'slurmkit_sweep_attempt="== slurmkit sweep $SLURMKIT_SWEEP_ID point $SLURMKIT_SWEEP_POINT: task '
         '${SLURM_ARRAY_JOB_ID:-}_${SLURM_ARRAY_TASK_ID} (job ${SLURM_JOB_ID:-}, restart ${SLURM_RESTART_COUNT:-0}) '
         'on ${SLURMD_NODENAME:-$HOSTNAME} at $slurmkit_sweep_now =="',
-        '    printf \'%s\\n\' "$slurmkit_sweep_attempt"',
-        '    printf \'%s\\n\' "$slurmkit_sweep_attempt" >&2',
+        'printf \'%s\\n\' "$slurmkit_sweep_attempt"',
+        'printf \'%s\\n\' "$slurmkit_sweep_attempt" >&2',
     ]
     if canary is not None:
         out += _canary_lines(sweep_id, canary)
     out += [
-        "    # The task runs in a child of this shell (a subshell: no second bash to start and parse the",
-        "    # script), which records how it ended in the point's directory (exit.status: Slurm forgets",
-        "    # ended tasks after MinJobAge, and not every cluster keeps accounting) and then ends the same",
-        "    # way itself: the same exit status, or the same signal.",
-        '    (export SLURMKIT_SWEEP_STAGE=task; slurmkit_sweep_task "$@") &',
-        "    slurmkit_sweep_child=$!",
-        "    trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM",
-        "    trap 'slurmkit_sweep_woken=1; kill -INT \"$slurmkit_sweep_child\" 2>/dev/null || true' INT",
-        "    trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
-        "    # wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
-        "    while :; do",
-        "        slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
-        '        wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
-        "        (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
-        "    done",
-        '    printf \'%s %s_%s %s\\n\' "$slurmkit_sweep_rc" "${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" '
+        "# The task runs in a child of this shell (a subshell: no second bash to start and parse the",
+        "# script), which records how it ended in the point's directory (exit.status: Slurm forgets",
+        "# ended tasks after MinJobAge, and not every cluster keeps accounting) and then ends the same",
+        "# way itself: the same exit status, or the same signal.",
+        '(slurmkit_sweep_task "$@") &',
+        "slurmkit_sweep_child=$!",
+        "trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM",
+        "trap 'slurmkit_sweep_woken=1; kill -INT \"$slurmkit_sweep_child\" 2>/dev/null || true' INT",
+        "trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
+        "# wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
+        "while :; do",
+        "    slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
+        '    wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
+        "    (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
+        "done",
+        'printf \'%s %s_%s %s\\n\' "$slurmkit_sweep_rc" "${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" '
         '"${SLURM_RESTART_COUNT:-0}" >"$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" &&',
-        '        mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
-        "    # Slurm's own output file of the task only holds what failed before the lines above: drop it empty.",
-        '    slurmkit_sweep_slurm_out=$SLURMKIT_SWEEP_DIR/slurm/${SLURM_ARRAY_JOB_ID:-}_$SLURM_ARRAY_TASK_ID.out',
-        '    [[ -s $slurmkit_sweep_slurm_out ]] || rm -f -- "$slurmkit_sweep_slurm_out"',
+        '    mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
+        "# Slurm's own output file of the task only holds what failed before the lines above: drop it empty.",
+        'slurmkit_sweep_slurm_out=$SLURMKIT_SWEEP_DIR/slurm/${SLURM_ARRAY_JOB_ID:-}_$SLURM_ARRAY_TASK_ID.out',
+        '[[ -s $slurmkit_sweep_slurm_out ]] || rm -f -- "$slurmkit_sweep_slurm_out"',
     ]
     if canary is not None:
-        out.append('    slurmkit_sweep_canary "$slurmkit_sweep_rc"')
+        out.append('slurmkit_sweep_canary "$slurmkit_sweep_rc"')
     out += [
-        "    if (( slurmkit_sweep_rc > 128 )); then",
-        "        trap - TERM INT USR1",
-        '        kill -s "$((slurmkit_sweep_rc - 128))" "$$" 2>/dev/null || true',
-        "    fi",
-        '    exit "$slurmkit_sweep_rc"',
+        "if (( slurmkit_sweep_rc > 128 )); then",
+        "    trap - TERM INT USR1",
+        '    kill -s "$((slurmkit_sweep_rc - 128))" "$$" 2>/dev/null || true',
         "fi",
-        'slurmkit_sweep_task "$@"',
-        "# The last command: what follows is the points table, which bash never reads as commands.",
-        "exit",
+        'exit "$slurmkit_sweep_rc"',
+        "# The last command above: what follows is the points table, which bash never reads as commands.",
     ]
     return "\n".join(out) + "\n"
 
@@ -197,31 +193,31 @@ def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
     stopped = ("%s failed with exit status $rc and none passed; the rest are held: fix the cause, then "
                "'slurmkit sweep rerun %s'" % (first, sweep_id))
     return [
-        "    # Canary: the array started one task at a time.  After each task this shell widens the throttle on",
-        "    # the first success (and releases this submission's other arrays on this cluster), or holds the",
-        "    # rest once the first %d failures share one exit status." % k,
-        "    slurmkit_sweep_canary() {",
-        "        local dir=$SLURMKIT_SWEEP_DIR/canary/%s rc=$1 first" % shlex.quote(canary.key),
-        '        mkdir -p -- "$dir" || return 0',
-        '        [[ -e $dir/passed || -e $dir/stopped ]] && return 0',
-        "        if (( rc == 0 )); then",
-        '            : >"$dir/passed"',
-        '            echo "slurmkit: canary task ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID passed: the array now '
+        "# Canary: the array started one task at a time.  After each task this shell widens the throttle on",
+        "# the first success (and releases this submission's other arrays on this cluster), or holds the",
+        "# rest once the first %d failures share one exit status." % k,
+        "slurmkit_sweep_canary() {",
+        "    local dir=$SLURMKIT_SWEEP_DIR/canary/%s rc=$1 first" % shlex.quote(canary.key),
+        '    mkdir -p -- "$dir" || return 0',
+        '    [[ -e $dir/passed || -e $dir/stopped ]] && return 0',
+        "    if (( rc == 0 )); then",
+        '        : >"$dir/passed"',
+        '        echo "slurmkit: canary task ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID passed: the array now '
         'runs %s" >&2' % ("up to %d tasks at a time" % canary.widen_to if canary.widen_to else "without a limit"),
-        "            # scontrol's own answer lists every task (finished ones as errors): not worth the log.",
-        '            scontrol update JobId="$SLURM_ARRAY_JOB_ID" ArrayTaskThrottle=%d >/dev/null 2>&1 || true'
+        "        # scontrol's own answer lists every task (finished ones as errors): not worth the log.",
+        '        scontrol update JobId="$SLURM_ARRAY_JOB_ID" ArrayTaskThrottle=%d >/dev/null 2>&1 || true'
         % canary.widen_to,
-        '            if [[ -s $dir/held ]]; then scontrol release "$(<"$dir/held")" >/dev/null 2>&1 || true; fi',
-        "            return 0",
-        "        fi",
-        '        echo "$rc" >>"$dir/failures"',
-        '        first=$(head -n %d -- "$dir/failures" | sort -u)' % k,
-        '        if (( $(wc -l <"$dir/failures") >= %d )) && [[ $first != *$\'\\n\'* ]]; then' % k,
-        '            echo "%s" >"$dir/stopped"' % stopped,
-        '            scontrol hold "$SLURM_ARRAY_JOB_ID" >/dev/null 2>&1 || true',
-        '            echo "slurmkit: canary: $(<"$dir/stopped")" >&2',
-        "        fi",
-        "    }",
+        '        if [[ -s $dir/held ]]; then scontrol release "$(<"$dir/held")" >/dev/null 2>&1 || true; fi',
+        "        return 0",
+        "    fi",
+        '    echo "$rc" >>"$dir/failures"',
+        '    first=$(head -n %d -- "$dir/failures" | sort -u)' % k,
+        '    if (( $(wc -l <"$dir/failures") >= %d )) && [[ $first != *$\'\\n\'* ]]; then' % k,
+        '        echo "%s" >"$dir/stopped"' % stopped,
+        '        scontrol hold "$SLURM_ARRAY_JOB_ID" >/dev/null 2>&1 || true',
+        '        echo "slurmkit: canary: $(<"$dir/stopped")" >&2',
+        "    fi",
+        "}",
     ]
 
 

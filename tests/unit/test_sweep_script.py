@@ -42,8 +42,9 @@ def submit(tmp_path, journal, command, *, grid=(), points_file=None, config=None
     return alpha, report
 
 
-def run_task(tmp_path, script, index, array_id, restart=None, fake_bin=None):
-    """Start one task of an array as slurmd does: the script file, bash, the task's variables."""
+def run_task(tmp_path, script, index, array_id, restart=None, fake_bin=None, inherited=None):
+    """Start one task of an array as slurmd does: the script file, bash, the task's variables (and
+    ``inherited``, what the submitting environment handed on)."""
     path = tmp_path / ("job-%s-%d.sh" % (array_id, index))
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}
@@ -53,6 +54,7 @@ def run_task(tmp_path, script, index, array_id, restart=None, fake_bin=None):
         env["SLURM_RESTART_COUNT"] = str(restart)
     if fake_bin is not None:
         env["PATH"] = "%s:%s" % (fake_bin, env["PATH"])
+    env.update(inherited or {})
     return subprocess.run(["bash", str(path)], env=env, cwd=str(tmp_path), capture_output=True, text=True,
                           timeout=60)
 
@@ -127,6 +129,22 @@ def test_a_task_ends_as_its_program_did_and_every_attempt_is_appended(env):
     headers = [ln for ln in errors if ln.startswith("== slurmkit sweep")]
     assert len(headers) == 2 and "restart 0" in headers[0] and "restart 1" in headers[1]
     assert core.last_attempt_tail("\n".join(errors)) == "err three"
+
+
+def test_a_sweep_submitted_from_inside_another_sweeps_task_is_still_supervised(env):
+    # sbatch hands the submitting environment to the job: nothing the outer task's shell set may turn the
+    # inner one's supervision off (it used to export SLURMKIT_SWEEP_STAGE=task to its child).
+    tmp_path, journal = env
+    alpha, _ = submit(tmp_path, journal, ["bash", "-c", 'echo "inner {s} $SLURMKIT_SWEEP_S"; exit 4'],
+                      grid=["s=a,b"])
+    (array,) = alpha.arrays.values()
+    outer = {"SLURMKIT_SWEEP_STAGE": "task", "SLURMKIT_SWEEP_ID": "outer-1", "SLURMKIT_SWEEP_POINT": "0123",
+             "SLURMKIT_SWEEP_S": "outer"}
+    done = run_task(tmp_path, array.script, 1, array.job_id, inherited=outer)
+    assert done.returncode == 4
+    directory = point_dir(tmp_path, array.script, 1)
+    assert (directory / "exit.status").read_text() == "4 %s_1 0\n" % array.job_id
+    assert (directory / "output.log").read_text().splitlines()[-1] == "inner b b"
 
 
 def test_a_task_without_a_row_fails_saying_so(env):
