@@ -34,19 +34,29 @@ def _modules():
         yield ".".join(parts), path
 
 
+def _package_of(name, path):
+    """The package relative imports in module ``name`` (file ``path``) start from."""
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imported_module(node, package):
+    """The absolute name of the module an ``ast.ImportFrom`` imports from, its relative levels resolved."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name, path):
     """Every module ``name`` imports, at module level or inside functions."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package_of(name, path)
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module
+            module = _imported_module(node, package)
             found.add(module)
             # "from slurmkit.remote import runner" imports slurmkit.remote.runner
             found.update("%s.%s" % (module, alias.name) for alias in node.names)
@@ -103,15 +113,12 @@ def test_every_import_of_slurmkit_names_a_module_or_name_that_exists():
         (None, p) for p in sorted((ROOT / "bench").glob("*.py"))]
     missing = []
     for name, path in sources:
-        package = (name if path.name == "__init__.py" else name.rpartition(".")[0]) if name else ""
+        package = _package_of(name, path) if name else ""
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 modules = [(a.name, None) for a in node.names if a.name.split(".")[0] == "slurmkit"]
             elif isinstance(node, ast.ImportFrom):
-                module = node.module or ""
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    module = ".".join(base + ([node.module] if node.module else []))
+                module = _imported_module(node, package)
                 if module.split(".")[0] != "slurmkit":
                     continue
                 modules = [(module, [a.name for a in node.names])]
@@ -224,7 +231,7 @@ NAMEDTUPLE_API = {"_fields", "_field_defaults", "_replace", "_asdict", "_make"}
 def _private_uses(name, path):
     """``from slurmkit.x import _y`` and ``x._y`` where ``x`` names a slurmkit module, in module ``name``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package_of(name, path)
     modules, found = {}, []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -232,9 +239,7 @@ def _private_uses(name, path):
                 if alias.name.startswith("slurmkit."):
                     modules[alias.asname or alias.name.split(".")[0]] = alias.name
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            base = _imported_module(node, package)
             if not base.startswith("slurmkit"):
                 continue
             for alias in node.names:
