@@ -37,6 +37,15 @@ class Session:
                 self._backends[cluster.name] = self._factory(cluster)
             return self._backends[cluster.name]
 
+    def files(self, cluster_name: str):
+        """The cluster's files (:class:`slurmkit.clusterfiles.ClusterFiles`): here when it is reached
+        locally, on its login node through its backend's connection otherwise."""
+        from slurmkit.clusterfiles import ClusterFiles
+
+        if reach(self.site.cluster(cluster_name)) == "local":
+            return ClusterFiles(None, local=True)        # plain file operations: no backend to open
+        return ClusterFiles(self.backend(cluster_name), local=False)
+
     def layout(self, cluster: Cluster, refresh: bool = False, nodes=None):
         """The cluster's switch layout, from the on-disk cache when fresh (read once per session).
 

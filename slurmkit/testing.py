@@ -417,6 +417,16 @@ class FakeSlurm(CommandBackend):
     def accounting_since(self, seconds_ago, user=None):
         return self._call("accounting_since", CommandBackend.accounting_since, seconds_ago, user)
 
+    def array_tasks(self, array_ids=(), user=None):
+        return self._call("array_tasks", CommandBackend.array_tasks, array_ids, user)
+
+    def array_tasks_accounting(self, array_ids):
+        return self._call("array_tasks_accounting", CommandBackend.array_tasks_accounting, array_ids)
+
+    def update_jobs(self, job_ids, **fields):
+        return self._call("update_jobs", lambda backend, ids: CommandBackend.update_jobs(backend, ids, **fields),
+                          job_ids)
+
     def cancel(self, job_ids):
         return self._call("cancel", CommandBackend.cancel, job_ids)
 

@@ -22,7 +22,7 @@ from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.runner import CommandResult, Runner
 
 if TYPE_CHECKING:  # only annotations need them; submitting must not pay for defining them
-    from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
+    from slurmkit.slurm.types import ArrayTasks, JobInfo, NodeInfo, StartEstimate, TaskInfo, Topology
 
 UNREACHABLE_RE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
                              r"Zero Bytes were transmitted|Communication connection failure", re.I)
@@ -86,6 +86,20 @@ class SlurmBackend:
         """Every job of ``user`` that accounting saw run or end in the last ``seconds_ago`` seconds, in
         one query (sacct); empty where there is no accounting.  Jobs squeue has forgotten are there,
         with their comments where the cluster stores them (``AccountingStoreFlags=job_comment``)."""
+        raise NotImplementedError
+
+    def array_tasks(self, array_ids: Iterable[str] = (), user: Optional[str] = None) -> ArrayTasks:
+        """Every task of these arrays (or of ``user``'s jobs), pending and finished ones too (until
+        MinJobAge), in one RPC.  Arrays the controller has forgotten are absent (all of them: empty)."""
+        raise NotImplementedError
+
+    def array_tasks_accounting(self, array_ids: Sequence[str]) -> List[TaskInfo]:
+        """The tasks of these arrays from accounting (sacct), for those the controller has forgotten."""
+        raise NotImplementedError
+
+    def update_jobs(self, job_ids: Sequence[str], **fields: str) -> None:
+        """``scontrol update`` of many jobs (or array tasks, ``A_I``) at once: ``StartTime="now"``,
+        ``ArrayTaskThrottle="4"``."""
         raise NotImplementedError
 
     def has_accounting(self) -> bool:
@@ -283,6 +297,22 @@ class CommandBackend(SlurmBackend):
         if not result.ok and "accounting storage is disabled" in result.stderr:
             return []
         return parsers.parse_sacct(self.checked(result, "sacct").stdout)
+
+    def array_tasks(self, array_ids=(), user=None):
+        from slurmkit.slurm.types import ArrayTasks
+
+        result = self._run(commands.squeue_array_tasks(array_ids, user))
+        if not result.ok and "Invalid job id" in (result.stderr or ""):
+            return ArrayTasks([], {})       # every array asked about is forgotten by the controller
+        text = self.checked(result, "squeue").stdout
+        return ArrayTasks(parsers.parse_array_tasks(text), parsers.parse_unstarted_arrays(text))
+
+    def array_tasks_accounting(self, array_ids):
+        result = self._run(commands.sacct_array_tasks(array_ids))
+        return parsers.parse_sacct_array_tasks(self.checked(result, "sacct").stdout)
+
+    def update_jobs(self, job_ids, **fields):
+        self.checked(self._run(commands.update_jobs(job_ids, **fields)), "scontrol update " + ",".join(sorted(fields)))
 
     def cancel(self, job_ids):
         self.checked(self._run(commands.scancel(job_ids)), "scancel")

@@ -202,6 +202,44 @@ def release(job_ids: Iterable[str]) -> List[str]:
     return ["scontrol", "release", _joined("job ids", job_ids)]
 
 
+def update_jobs(job_ids: Iterable[str], **fields) -> List[str]:
+    """``scontrol update JobId=ID[,ID...] Key=Value ...`` (one RPC per id, one process for all): after a
+    requeue ``StartTime=now`` (Slurm would hold the job back two minutes), or ``ArrayTaskThrottle=N``."""
+    return (["scontrol", "update", "JobId=" + _joined("job ids", job_ids)]
+            + ["%s=%s" % kv for kv in sorted(fields.items())])
+
+
+# squeue --array --Format fields of array tasks, each followed by the delimiter (``name:SUFFIX``: no
+# padding, no truncation).  StartTime/EndTime: when a task started and ended (the requeue policy's
+# crash-loop rule needs how long it ran); Comment stays last.
+ARRAY_TASK_FIELDS = ("ArrayJobID", "ArrayTaskID", "JobID", "State", "Reason", "exit_code", "NodeList",
+                     "RestartCnt", "StartTime", "EndTime", "Comment")
+
+
+def squeue_array_tasks(array_ids: Iterable[str] = (), user: Optional[str] = None) -> List[str]:
+    """Every task of these arrays (or of ``user``'s jobs), one line each, pending and finished ones too
+    (until MinJobAge): one RPC for any number of arrays (see parsers.parse_array_tasks)."""
+    argv = ["squeue", "--array", "--noheader", "--states=all"]
+    ids = list(array_ids)
+    if ids:
+        argv.append("--jobs=" + ",".join(ids))
+    if user:
+        argv.append("--user=" + user)
+    if not ids and not user:
+        raise ValueError("squeue_array_tasks needs array ids or a user")
+    return argv + ["--Format=" + ",".join("%s:%s" % (f, SQUEUE_DELIMITER) for f in ARRAY_TASK_FIELDS)]
+
+
+SACCT_ARRAY_FIELDS = ("JobID", "JobIDRaw", "State", "ExitCode", "NodeList")
+
+
+def sacct_array_tasks(array_ids: Iterable[str]) -> List[str]:
+    """The tasks of these arrays from accounting, with their ``.batch`` steps
+    (see parsers.parse_sacct_array_tasks)."""
+    return ["sacct", "--noheader", "--parsable2", "--jobs=" + _joined("array ids", array_ids),
+            "--format=" + ",".join(SACCT_ARRAY_FIELDS)]
+
+
 def show_config() -> List[str]:
     """The controller's running configuration (one RPC), ``Key = Value`` lines."""
     return ["scontrol", "show", "config"]

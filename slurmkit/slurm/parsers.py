@@ -18,7 +18,7 @@ from slurmkit.slurm import commands
 # The result types are imported inside the parsers that build them: a plain
 # submission (parse_sbatch_parsable only) then never pays for defining them.
 if TYPE_CHECKING:
-    from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, Topology
+    from slurmkit.slurm.types import JobInfo, NodeInfo, StartEstimate, TaskInfo, Topology
 
 _JOBID_RE = re.compile(r"^(\d+)(?:;(\S+))?$")
 
@@ -278,6 +278,17 @@ def parse_squeue_parsable(text: str) -> "List[JobInfo]":
     return jobs
 
 
+def squeue_exit_value(text: str):
+    """squeue's ``exit_code`` field for :func:`decode_exit`: 22.05 prints the raw wait status (768 is
+    exit 3), 24.11 and later ``E:S`` (3:0); anything else (``N/A``) says nothing (None)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if re.fullmatch(r"[0-9]+:[0-9]+", text):
+        return text
+    return None
+
+
 def parse_squeue_format(text: str) -> "List[JobInfo]":
     """``squeue --Format`` rows of :func:`commands.squeue_format`, read as :func:`parse_squeue_json` reads
     the same job: the raw exit status, the end only of an ended job, the output path expanded, the time
@@ -293,9 +304,7 @@ def parse_squeue_format(text: str) -> "List[JobInfo]":
         (job_id, name, state, partition, count, nodelist, start, end, limit, user, reason, exit_raw, stdout,
          workdir, cluster, comment) = fields
         state = state.strip() or "UNKNOWN"
-        # 22.05 prints the raw wait status (768), 24.11 and later "E:S" (3:0): decode_exit reads both.
-        exit_raw = exit_raw.strip()
-        exit_code, signal = ended_exit(state, bool(nodelist), int(exit_raw) if exit_raw.isdigit() else exit_raw)
+        exit_code, signal = ended_exit(state, bool(nodelist), squeue_exit_value(exit_raw))
         try:
             minutes = times.parse_minutes(limit)
         except SlurmkitError:       # INVALID, NOT_SET: no limit to tell
@@ -509,3 +518,129 @@ def major_minor(version: str):
     if not m:
         return None
     return int(m.group(1)), int(m.group(2))
+
+
+def parse_array_indices(spec: str) -> List[int]:
+    """``0-2,5%4`` -> ``[0, 1, 2, 5]`` (the throttle is ignored); also ``[0-2,5]`` as squeue and sacct print it."""
+    spec = spec.strip().strip("[]").split("%")[0]
+    out: List[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        step = 1
+        if ":" in part:
+            part, step_text = part.split(":", 1)
+            step = int(step_text)
+        lo, sep, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi if sep else lo) + 1, step))
+    return out
+
+
+def _array_task_fields(line: str) -> Optional[List[str]]:
+    """A line's fields in ARRAY_TASK_FIELDS' order (the times empty in a line recorded before they were
+    asked, nine fields); None: no task line."""
+    fields = line.split(commands.SQUEUE_DELIMITER)
+    wanted = len(commands.ARRAY_TASK_FIELDS)
+    if len(fields) >= wanted:
+        return fields[:wanted]
+    if len(fields) >= wanted - 2:
+        return fields[:wanted - 3] + ["", ""] + [fields[wanted - 3]]
+    return None
+
+
+def _epoch(text: str) -> Optional[float]:
+    """squeue's local ``2026-11-30T18:26:54`` as epoch seconds; None for N/A, Unknown, an empty field."""
+    when = slurm_datetime(text.strip())
+    return when.timestamp() if when is not None else None
+
+
+def _no_null(text: str) -> str:
+    return "" if text in ("None", "(null)") else text
+
+
+def parse_array_tasks(text: str) -> "List[TaskInfo]":
+    """The task lines of :func:`commands.squeue_array_tasks` (lines of jobs that are no array task skipped)."""
+    from slurmkit.slurm.types import FINISHED_STATES, TaskInfo
+
+    tasks = []
+    for line in text.splitlines():
+        fields = _array_task_fields(line)
+        if fields is None:
+            continue
+        array_id, index, job_id, state, reason, status, nodes, restarts, start, end, comment = fields
+        if not index.strip().isdigit():
+            continue       # not an array task (squeue prints N/A)
+        nodes = "" if nodes.strip() in ("", "(null)") else nodes.strip()
+        state = state.strip()
+        code, signal = ended_exit(state, bool(nodes), squeue_exit_value(status))
+        started = _epoch(start) if state != "PENDING" else None
+        ended = _epoch(end) if state in FINISHED_STATES else None
+        tasks.append(TaskInfo(array_id.strip(), int(index), job_id.strip(), state, _no_null(reason.strip()),
+                              code, signal, nodes, int(restarts) if restarts.strip().isdigit() else 0,
+                              "" if comment == "(null)" else comment, started, ended))
+    return tasks
+
+
+def parse_unstarted_arrays(text: str) -> "Dict[str, TaskInfo]":
+    """{array id: how its never-started tasks ended}, from the array's own record once it has ended.
+
+    Slurm keeps an array's pending tasks in the array's own job record until
+    each starts (then the task gets a record of its own).  When that record
+    ends with tasks still in it (``scancel`` of the array or of those tasks,
+    recorded on 22.05), ``squeue --array`` prints it as one line without a
+    task id (``ArrayTaskID`` N/A) instead of one line per task, and only
+    accounting lists the indices (``A_[1-5%1]``), once slurmdbd has them.  The
+    line stands for every task of the array that never started and has no
+    line of its own.  (A job that is no array prints N/A too: its own id is no
+    array the caller asks about.)
+    """
+    from slurmkit.slurm.types import FINISHED_STATES, TaskInfo
+
+    out = {}
+    for line in text.splitlines():
+        fields = _array_task_fields(line)
+        if fields is None:
+            continue
+        array_id, index, job_id, state, reason = (f.strip() for f in fields[:5])
+        if index.isdigit() or job_id != array_id or state not in FINISHED_STATES:
+            continue
+        comment = fields[-1]
+        out[array_id] = TaskInfo(array_id, -1, job_id, state, _no_null(reason),
+                                 comment="" if comment == "(null)" else comment)
+    return out
+
+
+def parse_sacct_array_tasks(text: str) -> "List[TaskInfo]":
+    """``A_I`` rows of :func:`commands.sacct_array_tasks` (and ``A_[0-9,20]`` for tasks still pending
+    together) as tasks.
+
+    A task cancelled while running reads 0:0 in its own row for a while,
+    where its ``.batch`` step already has the 0:15 the controller reported:
+    the step's exit wins, as in :func:`parse_sacct`.
+    """
+    from slurmkit.slurm.types import TaskInfo
+
+    rows, batch_exit = [], {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != len(commands.SACCT_ARRAY_FIELDS):
+            continue
+        job, _, step = fields[0].partition(".")
+        if step == "batch":
+            batch_exit[job] = fields[3]
+        elif not step and "_" in job:
+            rows.append(fields)
+    tasks = []
+    for job, raw, state, exit_text, nodes in rows:
+        array_id, _, index = job.partition("_")
+        state = state.split()[0] if state else "UNKNOWN"
+        nodes = "" if nodes == "None assigned" else nodes
+        try:
+            code, signal = ended_exit(state, bool(nodes), batch_exit.get(job, exit_text))
+        except ValueError:
+            code, signal = None, None
+        indices = parse_array_indices(index) if index.startswith("[") else [int(index)] if index.isdigit() else []
+        for i in indices:
+            tasks.append(TaskInfo(array_id, i, raw if len(indices) == 1 else array_id, state, "", code, signal, nodes))
+    return tasks

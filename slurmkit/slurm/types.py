@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 # States after which a job will never run again.
 FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -119,3 +119,32 @@ class NodeInfo:
         """Up and schedulable: not down, drained, draining or failing."""
         bad = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "MAINT", "POWERED_DOWN", "INVAL", "FUTURE")
         return not any(b in self.state.upper() for b in bad)
+
+
+class TaskInfo(NamedTuple):
+    """One array task as Slurm reports it (``squeue --array``, or accounting once the controller forgot it)."""
+
+    array_job_id: str       # the array's id (what sbatch printed)
+    index: int              # SLURM_ARRAY_TASK_ID
+    job_id: str             # the task's own job id (the array's id while it is pending as part of it)
+    state: str
+    reason: str = ""
+    exit_code: Optional[int] = None     # as in JobInfo: at most one of the two is set
+    signal: Optional[int] = None
+    nodes: str = ""
+    restarts: int = 0
+    comment: str = ""
+    start_time: Optional[float] = None  # epoch; only once it started (a pending task's StartTime is an estimate)
+    end_time: Optional[float] = None    # epoch; only once it ended (a running task's EndTime is its time limit)
+
+    @property
+    def key(self):
+        return (self.array_job_id, self.index)
+
+
+class ArrayTasks(NamedTuple):
+    """What one ``squeue --array`` said: the tasks it listed, and the arrays whose never-started tasks
+    ended inside the array's own record (see parsers.parse_unstarted_arrays)."""
+
+    tasks: List[TaskInfo]
+    unstarted: Dict[str, TaskInfo]      # array id -> how its tasks without a line of their own ended

@@ -8,8 +8,6 @@ that fits the cluster's ``MaxArraySize``/``max_array_tasks``.  The parts:
 - ``points``:   the grid, points files, each point's stable id, placeholders (pure);
 - ``arrays``:   array limits, chunking, ``--array`` specs, throttle and cluster shares (pure);
 - ``script``:   one array's job script: the rendered job plus its points table and prologue (pure);
-- ``slurmio``:  the Slurm calls sweeps add (per-task squeue/sacct, requeue of tasks,
-                throttle updates): argv builders and parsers (pure);
 - ``journal``:  the sweep journal (SQLite, WAL) under the user's state directory;
 - ``core``:     submit, status, rerun, cancel and throttle: the library's entry points;
 - ``tracked``:  tasks of ``--auto-requeue`` sweeps as jobs of the requeue journal;

@@ -92,22 +92,6 @@ def array_spec(indices: Sequence[int], throttle: Optional[int] = None, limits: O
     return spec
 
 
-def parse_indices(spec: str) -> List[int]:
-    """``0-2,5%4`` -> ``[0, 1, 2, 5]`` (the throttle is ignored); also ``[0-2,5]`` as squeue and sacct print it."""
-    spec = spec.strip().strip("[]").split("%")[0]
-    out: List[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        step = 1
-        if ":" in part:
-            part, step_text = part.split(":", 1)
-            step = int(step_text)
-        lo, sep, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi if sep else lo) + 1, step))
-    return out
-
 
 def split_total(total: int, weights: Sequence[float]) -> List[int]:
     """``total`` split in proportion to ``weights``, each share at least 1 (largest remainders).

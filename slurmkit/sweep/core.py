@@ -51,10 +51,9 @@ from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequen
 
 from slurmkit.errors import JobDoesNotFitError, SlurmCommandError, SlurmkitError, UsageError
 from slurmkit.script.render import JobSpec
-from slurmkit.slurm.types import FINISHED_STATES
+from slurmkit.slurm.types import FINISHED_STATES, TaskInfo
 from slurmkit.sweep import arrays as arr
 from slurmkit.sweep import points as pts
-from slurmkit.sweep import slurmio
 from slurmkit.sweep.journal import ArrayRecord, Journal, PointRecord, StateUpdate, SweepBusy, SweepRecord
 from slurmkit.sweep.script import Canary, Row
 
@@ -195,17 +194,6 @@ def _spec_from(data: dict) -> JobSpec:
 # Talking to one cluster
 # ---------------------------------------------------------------------------
 
-def _run(backend, argv: List[str], what: str, stdin: Optional[str] = None):
-    """Run a sweep command through the backend's runner; Slurm's refusal raises as for every other command."""
-    return backend.checked(backend.runner.run(argv, stdin=stdin), what)
-
-
-def _is_local(session, cluster: str) -> bool:
-    from slurmkit.session import reach
-
-    return reach(session.site.cluster(cluster)) == "local"
-
-
 class _ClusterFacts(NamedTuple):
     limits: arr.ArrayLimits
     accounting: bool
@@ -251,38 +239,12 @@ def _make_dirs(session, cluster: str, paths: Sequence[str], done: Set[Tuple[str,
     todo = [p for p in paths if (cluster, p) not in done]
     if not todo:
         return
-    if _is_local(session, cluster):
-        for path in todo:
-            try:
-                os.makedirs(path, exist_ok=True)
-            except OSError as exc:
-                raise UsageError("cannot create the sweep directory %s: %s (give another with --sweep-dir)"
-                                 % (path, exc.strerror or exc)) from None
-    else:
-        _run(session.backend(cluster), slurmio.make_dirs(todo), "mkdir")
+    try:
+        session.files(cluster).make_dirs(todo)
+    except OSError as exc:
+        raise UsageError("cannot create the sweep directory %s: %s (give another with --sweep-dir)"
+                         % (exc.filename or todo[0], exc.strerror or exc)) from None
     done.update((cluster, p) for p in todo)
-
-
-def _write_file(session, cluster: str, path: str, text: str) -> None:
-    """Write a file where the cluster's jobs read it (here, or on its login node)."""
-    if _is_local(session, cluster):
-        from slurmkit.textfile import write_atomic
-
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, text)
-    else:
-        _run(session.backend(cluster), slurmio.put_file(path), "writing %s" % path, stdin=text)
-
-
-def _read_file(session, cluster: str, path: str) -> Optional[str]:
-    if _is_local(session, cluster):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return fh.read()
-        except OSError:
-            return None
-    result = session.backend(cluster).runner.run(slurmio.read_file(path))
-    return result.stdout if result.ok else None
 
 
 # ---------------------------------------------------------------------------
@@ -352,7 +314,7 @@ class _Submitter:
             table_file = None
             if len(table.encode("utf-8")) > sweep_script.INLINE_TABLE_LIMIT:
                 path = os.path.join(sweep_dir, "tables", token + ".txt")
-                _write_file(self.session, cluster, path, table)
+                self.session.files(cluster).write(path, table)
                 table_file = (path, sweep_script.table_digest(table))
             extra = []
             if after:
@@ -617,9 +579,9 @@ def _submit_new(submitter: _Submitter, placement: _Placement, share: Sequence[pt
 def _hand_held_to_canary(submitter: _Submitter, cluster: str, token: str, held: List[str]) -> None:
     """Tell the canary task which arrays to release when it passes; release them now if it already did."""
     directory = os.path.join(submitter.sweep.sweep_dir, "canary", token)
-    _write_file(submitter.session, cluster, os.path.join(directory, "held"), ",".join(held))
+    submitter.session.files(cluster).write(os.path.join(directory, "held"), ",".join(held))
     # Written before looking: a canary passing in between reads the file itself.
-    if _read_file(submitter.session, cluster, os.path.join(directory, "passed")) is not None:
+    if submitter.session.files(cluster).read(os.path.join(directory, "passed")) is not None:
         submitter.session.backend(cluster).release(held)
 
 
@@ -632,8 +594,6 @@ def _requeue(session, journal: Journal, sweep: SweepRecord, records: Sequence[Po
              warnings: List[str]) -> _Requeued:
     """``scontrol requeue A_I,...`` for ended tasks the controller still knows (one per cluster), then
     ``StartTime=now`` (Slurm would otherwise hold a requeued batch job back for two minutes)."""
-    from slurmkit.slurm import commands
-
     arrays = {a.id: a for a in journal.arrays(sweep.id)}
     by_cluster: Dict[str, List[PointRecord]] = {}
     for r in records:
@@ -644,21 +604,20 @@ def _requeue(session, journal: Journal, sweep: SweepRecord, records: Sequence[Po
         backend = session.backend(cluster)
         names = ["%s_%d" % (arrays[r.array_id].job_id, r.idx) for r in group]
         try:
-            _run(backend, commands.requeue(names), "scontrol requeue")
+            backend.requeue(names)
             ok = group
         except SlurmCommandError as exc:
             # Some may have been put back before the refusal: ask which are pending now.
-            tasks = {t.key: t for t in slurmio.parse_squeue_tasks(_run(
-                backend, slurmio.squeue_tasks(sorted({arrays[r.array_id].job_id for r in group})), "squeue").stdout)}
+            tasks = {t.key: t for t in backend.array_tasks(sorted({arrays[r.array_id].job_id for r in group})).tasks}
             ok = [r for r in group if is_live(tasks.get((arrays[r.array_id].job_id, r.idx),
-                                                        slurmio.TaskInfo("", 0, "", "COMPLETED")).state)]
+                                                        TaskInfo("", 0, "", "COMPLETED")).state)]
             warnings.append("scontrol requeue on cluster %s refused %d task(s) (%s); they run as a new array"
                             % (cluster, len(group) - len(ok), exc))
         if not ok:
             continue
         ok_names = ["%s_%d" % (arrays[r.array_id].job_id, r.idx) for r in ok]
         try:
-            _run(backend, slurmio.update_jobs(ok_names, StartTime="now"), "scontrol update StartTime")
+            backend.update_jobs(ok_names, StartTime="now")
         except SlurmkitError as exc:
             warnings.append("requeued tasks on cluster %s start after Slurm's requeue delay (%s)" % (cluster, exc))
         journal.record_states(sweep.id, [StateUpdate(r.point_id, "PENDING", reason="requeued",
@@ -733,10 +692,9 @@ def _reconcile_intents(session, journal: Journal, intents: Sequence[ArrayRecord]
         backend = session.backend(array.cluster)
         from slurmkit.jobs import account_on
 
-        result = _run(backend, slurmio.squeue_tasks((), user=account_on(session.site.cluster(array.cluster))),
-                      "squeue")
+        answer = backend.array_tasks(user=account_on(session.site.cluster(array.cluster)))
         # An array whose every task was cancelled before starting is only its own record's line.
-        seen = slurmio.parse_squeue_tasks(result.stdout) + list(slurmio.parse_squeue_unstarted(result.stdout).values())
+        seen = answer.tasks + list(answer.unstarted.values())
         found = next((t for t in seen if t.comment == "slurmkit:" + array.token), None)
         if found is not None:
             journal.submitted(array.id, found.array_job_id)
@@ -747,10 +705,10 @@ def _reconcile_intents(session, journal: Journal, intents: Sequence[ArrayRecord]
 class TaskAnswer(NamedTuple):
     """One cluster's answer about many arrays' tasks (:func:`query_tasks`), possibly shared by many sweeps."""
 
-    found: Dict[Tuple[str, int], slurmio.TaskInfo]    # (array id, index) -> task, from squeue or accounting
+    found: Dict[Tuple[str, int], TaskInfo]            # (array id, index) -> task, from squeue or accounting
     queued: Set[Tuple[str, int]]                       # the tasks squeue listed (the controller still has them)
     count: int                                         # Slurm commands it took (1 or 2)
-    unstarted: Dict[str, slurmio.TaskInfo]             # see slurmio.parse_squeue_unstarted
+    unstarted: Dict[str, TaskInfo]                     # see slurmkit.slurm.parsers.parse_unstarted_arrays
     asked: FrozenSet[Tuple[str, int]]                  # the tasks it was asked about
 
 
@@ -775,20 +733,15 @@ def query_tasks(session, cluster: str, wanted: Iterable[Tuple[str, int]], accoun
     backend = session.backend(cluster)
     wanted = frozenset(wanted)
     ids = sorted({key[0] for key in wanted}, key=int)
-    result = backend.runner.run(slurmio.squeue_tasks(ids))
+    tasks, unstarted = backend.array_tasks(ids)
     count = 1
-    if not result.ok and "Invalid job id" in (result.stderr or ""):
-        tasks, unstarted = [], {}       # every array forgotten by the controller
-    else:
-        text = backend.checked(result, "squeue").stdout
-        tasks, unstarted = slurmio.parse_squeue_tasks(text), slurmio.parse_squeue_unstarted(text)
     found = {t.key: t for t in tasks if t.key in wanted}
     queued = set(found)
     missing = [k for k in wanted if k not in found]
     if missing and accounting:
         count += 1
         forgotten = sorted({k[0] for k in missing}, key=int)
-        for t in slurmio.parse_sacct_tasks(_run(backend, slurmio.sacct_tasks(forgotten), "sacct").stdout):
+        for t in backend.array_tasks_accounting(forgotten):
             if t.key in wanted and t.key not in found:
                 found[t.key] = t
     return TaskAnswer(found, queued, count, unstarted, wanted)
@@ -846,7 +799,7 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
                 # Never seen to start, no line or record of its own, and its array's record (which holds
                 # the tasks that never started) has ended: it ended with it, without running.  Without
                 # this a cancelled pending task would wait for accounting (or, without, be UNKNOWN).
-                task = slurmio.TaskInfo(key[0], key[1], key[0], unstarted[key[0]].state,
+                task = TaskInfo(key[0], key[1], key[0], unstarted[key[0]].state,
                                         "ended with its array's pending tasks, before it started")
             if key in queued:
                 in_queue.add(p.point_id)
@@ -863,16 +816,12 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
 
 
 def _recorded_ends(session, cluster: str, sweep: SweepRecord,
-                   lost: Dict[str, Tuple[str, int]]) -> Dict[str, slurmio.TaskInfo]:
+                   lost: Dict[str, Tuple[str, int]]) -> Dict[str, TaskInfo]:
     """How tasks Slurm forgot ended, from the ``exit.status`` their job script wrote into each point's
     directory (``STATUS A_I RESTARTS``); only a record of the task the journal places the point at counts."""
     paths = {os.path.join(sweep.sweep_dir, "points", pid, "exit.status"): pid for pid in lost}
     try:
-        if _is_local(session, cluster):
-            texts = {path: _tail(path, 200) for path in paths}
-        else:
-            result = session.backend(cluster).runner.run(slurmio.tails(sorted(paths), 200))
-            texts = slurmio.parse_tails(result.stdout)
+        texts = session.files(cluster).tails(paths, 200)
     except SlurmkitError:
         return {}
     out = {}
@@ -887,10 +836,10 @@ def _recorded_ends(session, cluster: str, sweep: SweepRecord,
         status_ = int(fields[0])
         reason = "" if fields[0] == "0" else "as the task recorded it (Slurm no longer knows the task)"
         if status_ > 128:
-            out[pid] = slurmio.TaskInfo(array_id, index, "", "FAILED", reason, None, status_ - 128,
+            out[pid] = TaskInfo(array_id, index, "", "FAILED", reason, None, status_ - 128,
                                         restarts=int(fields[2]) if fields[2].isdigit() else 0)
         else:
-            out[pid] = slurmio.TaskInfo(array_id, index, "", "COMPLETED" if status_ == 0 else "FAILED", reason,
+            out[pid] = TaskInfo(array_id, index, "", "COMPLETED" if status_ == 0 else "FAILED", reason,
                                         status_, None, restarts=int(fields[2]) if fields[2].isdigit() else 0)
     return out
 
@@ -922,14 +871,8 @@ def error_tails(session, status: SweepStatus, point_ids: Iterable[str], lines: i
             by_cluster.setdefault(array.cluster, {})[path] = p.point_id
     out: Dict[str, str] = {}
     for cluster, paths in by_cluster.items():
-        texts: Dict[str, str] = {}
         try:
-            if _is_local(session, cluster):
-                for path in paths:
-                    texts[path] = _tail(path, _ERROR_TAIL_BYTES)
-            else:
-                result = session.backend(cluster).runner.run(slurmio.tails(sorted(paths), _ERROR_TAIL_BYTES))
-                texts = slurmio.parse_tails(result.stdout)
+            texts = session.files(cluster).tails(paths, _ERROR_TAIL_BYTES)
         except SlurmkitError:
             continue       # a tail is a courtesy: a cluster that does not answer shows none
         for path, text in texts.items():
@@ -954,21 +897,11 @@ def canary_verdicts(session, status: SweepStatus) -> Dict[str, str]:
     out = {}
     for array in status.arrays:
         if array.canary and array.id in held:
-            text = _read_file(session, array.cluster, os.path.join(status.sweep.sweep_dir, "canary", array.token,
-                                                                   "stopped"))
+            text = session.files(array.cluster).read(os.path.join(status.sweep.sweep_dir, "canary", array.token,
+                                                                  "stopped"))
             if text:
                 out["%s:%s" % (array.cluster, array.job_id)] = text.strip()
     return out
-
-
-def _tail(path: str, size: int) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - size))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 # ---------------------------------------------------------------------------
@@ -1065,14 +998,7 @@ def _release_held(session, journal: Journal, sweep: SweepRecord, status: SweepSt
             if array.cluster == cluster and array.job_id in ids and array.canary:
                 stopped = os.path.join(sweep.sweep_dir, "canary", array.token, "stopped")
                 failures = os.path.join(sweep.sweep_dir, "canary", array.token, "failures")
-                if _is_local(session, cluster):
-                    for path in (stopped, failures):
-                        try:
-                            os.unlink(path)
-                        except OSError:
-                            pass
-                else:
-                    session.backend(cluster).runner.run(slurmio.remove_files([stopped, failures]))
+                session.files(cluster).remove([stopped, failures])
         session.backend(cluster).release(sorted(ids, key=int))
         released.extend("%s:%s" % (cluster, i) for i in sorted(ids, key=int))
     return released
@@ -1254,8 +1180,7 @@ def throttle(session, sweep_id: str, max_running: int, journal: Optional[Journal
             out = {}
             for array_id, share in zip(ids, shares):
                 array = by_id[array_id]
-                _run(session.backend(array.cluster), slurmio.update_jobs([array.job_id], ArrayTaskThrottle=share),
-                     "scontrol update ArrayTaskThrottle")
+                session.backend(array.cluster).update_jobs([array.job_id], ArrayTaskThrottle=share)
                 journal.set_throttle(array_id, share)
                 out["%s:%s" % (array.cluster, array.job_id)] = share
             return out

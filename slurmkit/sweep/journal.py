@@ -314,7 +314,7 @@ class Journal:
 
     def submitted(self, array_id: int, job_id: str) -> None:
         """The array exists in Slurm as ``job_id``: its points now run there (pending)."""
-        from slurmkit.sweep.arrays import parse_indices
+        from slurmkit.slurm.parsers import parse_array_indices
 
         now = self.clock()
         with self._tx() as db:
@@ -323,7 +323,7 @@ class Journal:
             db.execute("UPDATE arrays SET job_id=?, phase='submitted', updated=? WHERE id=?",
                        (str(job_id), now, array_id))
             table = table_of if table_of is not None else array_id
-            wanted = set(parse_indices(indices))
+            wanted = set(parse_array_indices(indices))
             placed = [(array_id, idx, now, sweep_id, point_id) for idx, point_id
                       in db.execute("SELECT idx, point_id FROM rows WHERE table_id=?", (table,)).fetchall()
                       if idx in wanted]

@@ -25,8 +25,8 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.slurm.types import FINISHED_STATES
-from slurmkit.sweep import slurmio
-from slurmkit.sweep.arrays import parse_indices
+from slurmkit.slurm.commands import ARRAY_TASK_FIELDS
+from slurmkit.slurm.parsers import parse_array_indices
 from slurmkit.testing import FakeJob, FakeSlurm, slurm_timestamp, option_value
 
 _INVALID_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
@@ -97,7 +97,7 @@ class FakeArraySlurm(FakeSlurm):
         if match is None:
             return super()._sbatch(script)
         spec = match.group(1)
-        indices = parse_indices(spec)
+        indices = parse_array_indices(spec)
         throttle = int(spec.split("%")[1]) if "%" in spec else 0
         size = int(self.config_values.get("MaxArraySize", "1001"))
         most = size
@@ -161,7 +161,7 @@ class FakeArraySlurm(FakeSlurm):
                       "Reason": "None", "exit_code": "0", "NodeList": "", "RestartCnt": "0",
                       "StartTime": "N/A", "EndTime": "N/A",
                       "Comment": next(t.comment for t in in_record if t.array_job_id == array_id)}
-            lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
+            lines.append("".join(values[f] + d for f in ARRAY_TASK_FIELDS))
         tasks = [t for t in tasks if t not in in_record]
         for t in tasks:
             values = {"ArrayJobID": t.array_job_id, "ArrayTaskID": str(t.index), "JobID": t.job_id,
@@ -169,7 +169,7 @@ class FakeArraySlurm(FakeSlurm):
                       "RestartCnt": str(t.restarts), "Comment": t.comment,
                       "StartTime": slurm_timestamp(t.start_time) if t.start_time else "N/A",
                       "EndTime": slurm_timestamp(t.end_time) if t.end_time else "N/A"}
-            lines.append("".join(values[f] + d for f in slurmio.SQUEUE_FIELDS))
+            lines.append("".join(values[f] + d for f in ARRAY_TASK_FIELDS))
         return 0, "".join(line + "\n" for line in lines), ""
 
     def _sacct_tasks(self, ids):

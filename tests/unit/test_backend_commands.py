@@ -242,12 +242,55 @@ def test_requeue_hold_release():
         slurm.hold([running])
 
 
+# ------------------------------------------------------------------ array tasks
+
+ARRAY = "#!/bin/sh\n#SBATCH --job-name=sweep\n#SBATCH --array=0-4\n#SBATCH --comment=slurmkit:tok\ntrue\n"
+
+
+def test_array_tasks_of_many_arrays_are_one_squeue_and_forgotten_ones_one_sacct():
+    from slurmkit.sweep.testing import FakeArraySlurm
+
+    slurm = FakeArraySlurm("alpha", accounting=True)
+    first, second = slurm.submit(ARRAY), slurm.submit(ARRAY)
+    slurm.run(first, exit_codes={3: 2})
+    before = len(slurm.commands)
+    answer = slurm.array_tasks([first, second])
+    assert rpcs(slurm, before) == ["squeue"]
+    states = {t.key: (t.state, t.exit_code) for t in answer.tasks}
+    assert states[(first, 3)] == ("FAILED", 2) and states[(first, 0)] == ("COMPLETED", 0)
+    assert states[(second, 4)] == ("PENDING", None) and len(states) == 10 and answer.unstarted == {}
+    assert {t.comment for t in slurm.array_tasks(user=slurm.user).tasks} == {"slurmkit:tok"}
+
+    slurm.forget_array(first)
+    slurm.forget_array(second)
+    assert slurm.array_tasks([first, second]) == ([], {})      # "Invalid job id": every one forgotten
+    before = len(slurm.commands)
+    old = {t.key: t.state for t in slurm.array_tasks_accounting([first])}
+    assert rpcs(slurm, before) == ["sacct"] and old[(first, 3)] == "FAILED" and len(old) == 5
+
+
+def test_array_task_updates_are_one_scontrol_and_a_refusal_says_which():
+    from slurmkit.sweep.testing import FakeArraySlurm
+
+    slurm = FakeArraySlurm("alpha")
+    array = slurm.submit(ARRAY)
+    slurm.update_jobs([array], ArrayTaskThrottle="2")
+    assert slurm.arrays[array].throttle == 2
+    assert slurm.commands[-1] == ("scontrol", "update", "JobId=" + array, "ArrayTaskThrottle=2")
+    with pytest.raises(SlurmCommandError, match="scontrol update StartTime failed on cluster alpha: "
+                                                 "Invalid job id specified for job 999_1"):
+        slurm.update_jobs(["999_1"], StartTime="now")
+    with pytest.raises(ValueError):
+        commands.update_jobs([], StartTime="now")
+
+
 # ------------------------------------------------------------------ the interface itself
 
 def test_the_interface_declares_what_callers_use():
     # No probing: every ability a caller relies on is declared on SlurmBackend.
     for name in ("jobs_by_id", "accounting", "has_accounting", "node_states", "drain", "down", "resume",
-                 "requeue", "hold", "release", "config", "nodes", "jobs", "submit", "cancel"):
+                 "requeue", "hold", "release", "config", "nodes", "jobs", "submit", "cancel", "array_tasks",
+                 "array_tasks_accounting", "update_jobs"):
         assert name in vars(SlurmBackend), name
         assert name in vars(CommandBackend) or name == "find_by_token", name
     assert SlurmBackend.runner is None and SlurmBackend.submit_once is False

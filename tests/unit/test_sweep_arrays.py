@@ -1,11 +1,10 @@
-"""Array limits, chunks, specs and shares (slurmkit.sweep.arrays), and the Slurm calls of sweeps
-(slurmkit.sweep.slurmio) against output recorded on the dev clusters (Slurm 22.05.8)."""
+"""Array limits, chunks, specs and shares (slurmkit.sweep.arrays)."""
 
 import pytest
 
 from slurmkit.errors import UsageError
+from slurmkit.slurm.parsers import parse_array_indices
 from slurmkit.sweep import arrays as arr
-from slurmkit.sweep import slurmio
 
 
 def test_limits_come_from_max_array_size_and_max_array_tasks():
@@ -45,11 +44,11 @@ def test_array_specs_compress_ranges_and_carry_the_throttle():
         arr.array_spec([])
 
 
-def test_parse_indices_reads_what_sbatch_squeue_and_sacct_print():
-    assert arr.parse_indices("0-2,5%4") == [0, 1, 2, 5]
-    assert arr.parse_indices("[0-9,20]") == list(range(10)) + [20]
-    assert arr.parse_indices("0-10:5") == [0, 5, 10]
-    assert arr.parse_indices(arr.array_spec([3, 4, 9, 11, 12])) == [3, 4, 9, 11, 12]
+def test_array_indices_read_what_sbatch_squeue_and_sacct_print():
+    assert parse_array_indices("0-2,5%4") == [0, 1, 2, 5]
+    assert parse_array_indices("[0-9,20]") == list(range(10)) + [20]
+    assert parse_array_indices("0-10:5") == [0, 5, 10]
+    assert parse_array_indices(arr.array_spec([3, 4, 9, 11, 12])) == [3, 4, 9, 11, 12]
 
 
 def test_split_total_gives_each_at_least_one_and_keeps_the_total():
@@ -86,81 +85,3 @@ def test_slots_from_the_job_directives():
     assert arr.slots_for(one_gpu + [("cpus-per-task", "2")], 4, 4, 8) == 8
     assert arr.slots_for([("nodes", "2"), ("gres", "npu:ascend910b:8")], 3, 4, 8) == 1
     assert arr.slots_for([("nodes", "1"), ("ntasks-per-node", "1")], None, 4, 0) == 4
-
-
-# -- slurmio: recorded on alpha (squeue --array --Format=..., sacct --parsable2) ----------------
-
-D = "\x1f"
-SQUEUE = "".join(D.join(f) + D + "\n" for f in [
-    ("659", "3", "664", "COMPLETED", "None", "0", "an1", "0", "slurmkit:exp1"),
-    ("659", "5", "659", "FAILED", "NonZeroExitCode", "512", "an1", "0", "slurmkit:exp1"),
-    ("659", "1", "662", "PENDING", "BeginTime", "256", "", "1", "slurmkit:exp1"),
-    ("660", "20", "660", "PENDING", "JobHeldUser", "0", "", "0", "slurmkit:exp2"),
-    ("661", "0", "667", "CANCELLED", "None", "15", "an2", "0", "slurmkit:exp3"),
-    ("662", "N/A", "662", "RUNNING", "None", "0", "an1", "0", "(null)"),
-])
-
-
-def test_squeue_tasks_parse_with_exit_status_and_signal():
-    tasks = {t.key: t for t in slurmio.parse_squeue_tasks(SQUEUE)}
-    assert set(tasks) == {("659", 3), ("659", 5), ("659", 1), ("660", 20), ("661", 0)}   # 662 is not an array
-    assert tasks[("659", 5)].state == "FAILED" and tasks[("659", 5)].exit_code == 2
-    assert tasks[("659", 5)].signal is None and tasks[("659", 5)].job_id == "659"
-    assert tasks[("659", 1)].exit_code is None and tasks[("659", 1)].restarts == 1    # requeued: not ended
-    assert tasks[("660", 20)].reason == "JobHeldUser" and tasks[("659", 3)].reason == ""
-    assert tasks[("661", 0)].signal == 15 and tasks[("661", 0)].exit_code is None
-    assert tasks[("659", 3)].comment == "slurmkit:exp1" and tasks[("659", 3)].nodes == "an1"
-
-
-SACCT = """659_0|661|COMPLETED|0:0|an1
-659_0.batch|661.batch|COMPLETED|0:0|an1
-659_1|662|FAILED|1:0|an1
-659_1.batch|662.batch|FAILED|1:0|an1
-659_4|665|CANCELLED by 0|0:0|an2
-659_4.batch|665.batch|CANCELLED|0:15|an2
-660_[0-9,20]|660|PENDING|0:0|None assigned
-"""
-
-
-def test_sacct_tasks_parse_with_batch_exit_and_pending_ranges():
-    tasks = {t.key: t for t in slurmio.parse_sacct_tasks(SACCT)}
-    assert tasks[("659", 0)].state == "COMPLETED" and tasks[("659", 0)].exit_code == 0
-    assert tasks[("659", 1)].exit_code == 1 and tasks[("659", 1)].job_id == "662"
-    assert tasks[("659", 4)].state == "CANCELLED" and tasks[("659", 4)].signal == 15   # the batch step's end
-    pending = [k for k in tasks if k[0] == "660"]
-    assert sorted(i for _, i in pending) == list(range(10)) + [20]
-    assert tasks[("660", 20)].state == "PENDING" and tasks[("660", 20)].exit_code is None
-
-
-def test_argv_builders():
-    argv = slurmio.squeue_tasks(["659", "660"])
-    assert argv[:4] == ["squeue", "--array", "--noheader", "--states=all"] and "--jobs=659,660" in argv
-    assert argv[-1].startswith("--Format=ArrayJobID:\x1f,ArrayTaskID:\x1f,") and argv[-1].endswith("Comment:\x1f")
-    assert "--user=bob" in slurmio.squeue_tasks(user="bob")
-    with pytest.raises(ValueError):
-        slurmio.squeue_tasks()
-    assert slurmio.update_jobs(["659_1", "659_4"], StartTime="now") == \
-        ["scontrol", "update", "JobId=659_1,659_4", "StartTime=now"]
-    assert slurmio.sacct_tasks(["659"])[:3] == ["sacct", "--noheader", "--parsable2"]
-
-
-def test_tails_round_trip_through_a_real_shell(tmp_path):
-    import subprocess
-
-    a, b = tmp_path / "a b.log", tmp_path / "missing.log"
-    a.write_text("x" * 100 + "\nlast line\n")
-    out = subprocess.run(slurmio.tails([str(a), str(b)], 20), capture_output=True, text=True, check=True).stdout
-    got = slurmio.parse_tails(out)
-    assert got == {str(a): "x" * 9 + "\nlast line\n", str(b): ""}
-
-
-def test_squeue_exit_as_a_pair_or_not_at_all():
-    lines = "".join(D.join(f) + D + "\n" for f in [
-        ("700", "0", "701", "FAILED", "NonZeroExitCode", "3:0", "an1", "0", ""),
-        ("700", "1", "702", "CANCELLED", "None", "0:15", "an1", "0", ""),
-        ("700", "2", "703", "FAILED", "None", "N/A", "an1", "0", ""),
-    ])
-    tasks = {t.index: t for t in slurmio.parse_squeue_tasks(lines)}
-    assert (tasks[0].exit_code, tasks[0].signal) == (3, None)
-    assert (tasks[1].exit_code, tasks[1].signal) == (None, 15)
-    assert (tasks[2].exit_code, tasks[2].signal) == (None, None)

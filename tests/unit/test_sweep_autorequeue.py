@@ -308,28 +308,6 @@ def test_a_task_that_keeps_failing_soon_after_it_starts_is_stopped_as_a_crash_lo
     assert {t.state for p, t in world.tracked().items() if p != point} == {"completed"}
 
 
-def test_task_times_are_read_only_once_they_mean_it_and_lines_without_them_still_parse():
-    from datetime import datetime
-
-    from slurmkit.sweep import slurmio
-
-    d = "\x1f"
-    lines = ["7" + d + "0" + d + "8" + d + "PENDING" + d + "Priority" + d + "0" + d + "" + d + "0" + d +
-             "2026-11-30T19:00:00" + d + "2026-11-30T19:05:00" + d + "slurmkit:t" + d,      # estimates
-             "7" + d + "1" + d + "9" + d + "RUNNING" + d + "None" + d + "0" + d + "an1" + d + "0" + d +
-             "2026-11-30T18:00:00" + d + "2026-11-30T18:05:00" + d + "slurmkit:t" + d,      # end: its limit
-             "7" + d + "2" + d + "10" + d + "FAILED" + d + "NonZeroExitCode" + d + "768" + d + "an2" + d + "0" +
-             d + "2026-11-30T18:00:00" + d + "2026-11-30T18:00:07" + d + "slurmkit:t" + d,
-             "7" + d + "3" + d + "11" + d + "COMPLETED" + d + "None" + d + "0" + d + "an3" + d + "0" + d +
-             "slurmkit:t" + d]                                                              # the old 9 fields
-    tasks = {t.index: t for t in slurmio.parse_squeue_tasks("\n".join(lines) + "\n")}
-    at = datetime(2026, 11, 30, 18, 0, 0).timestamp()
-    assert (tasks[0].start_time, tasks[0].end_time) == (None, None)
-    assert (tasks[1].start_time, tasks[1].end_time) == (at, None)
-    assert (tasks[2].start_time, tasks[2].end_time, tasks[2].exit_code) == (at, at + 7, 3)
-    assert (tasks[3].state, tasks[3].comment, tasks[3].start_time) == ("COMPLETED", "slurmkit:t", None)
-    assert all(t.comment == "slurmkit:t" for t in tasks.values())
-
 
 def test_a_task_that_stops_making_progress_is_cancelled_alone_and_restarted_from_its_checkpoint(world):
     from slurmkit.requeue.tracking import budget_overrides

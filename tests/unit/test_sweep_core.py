@@ -311,14 +311,16 @@ def test_canary_starts_one_at_a_time_and_holds_the_other_arrays(env):
 def test_a_canary_that_passed_before_the_held_list_was_written_gets_the_arrays_released(env, monkeypatch):
     tmp_path, journal = env
     alpha = FakeArraySlurm("alpha", config={"MaxArraySize": "2"})
-    real_write = core._write_file
+    from slurmkit.clusterfiles import ClusterFiles
 
-    def write_and_pass(session, cluster, path, text):
-        real_write(session, cluster, path, text)
+    real_write = ClusterFiles.write
+
+    def write_and_pass(files, path, text):
+        real_write(files, path, text)
         if path.endswith("/held"):      # the canary task ends right after the list is written
-            real_write(session, cluster, path[:-len("held")] + "passed", "")
+            real_write(files, path[:-len("held")] + "passed", "")
 
-    monkeypatch.setattr(core, "_write_file", write_and_pass)
+    monkeypatch.setattr(ClusterFiles, "write", write_and_pass)
     core.submit(fake_session(alpha=alpha), request(tmp_path, ["seed=0..3"], canary=1), journal)
     second = list(alpha.arrays)[1]
     assert ("scontrol", "release", second) in alpha.commands
@@ -538,21 +540,6 @@ def test_an_ended_task_without_an_exit_from_slurm_takes_the_one_it_recorded(env)
     failed = [p for p in status.points if p.state == "FAILED"]
     assert [(p.idx, p.exit_code, p.signal) for p in failed] == [(1, 7, None)]
 
-
-# squeue --array of array 3935 on the dev cluster alpha (22.05.8) after `scancel 3935_1 ... 3935_5` of its
-# five pending tasks while task 0 ran: the ended array record that held them, then the running task.
-SQUEUE_AFTER_CANCELLING_PENDING = ("3935\x1fN/A\x1f3935\x1fCANCELLED\x1fJobArrayTaskLimit\x1f0\x1f\x1f0\x1fslurmkit:sw-1\x1f\n"
-                                   "3935\x1f0\x1f3936\x1fRUNNING\x1fNone\x1f0\x1fan1\x1f0\x1fslurmkit:sw-1\x1f\n"
-                                   "3940\x1fN/A\x1f3940\x1fCOMPLETED\x1fNone\x1f0\x1fan2\x1f0\x1f(null)\x1f\n")
-
-
-def test_an_ended_array_record_stands_for_the_tasks_that_never_started():
-    from slurmkit.sweep import slurmio
-
-    tasks = slurmio.parse_squeue_tasks(SQUEUE_AFTER_CANCELLING_PENDING)
-    assert [(t.key, t.state) for t in tasks] == [(("3935", 0), "RUNNING")]     # no line per cancelled task
-    rest = slurmio.parse_squeue_unstarted(SQUEUE_AFTER_CANCELLING_PENDING)
-    assert {k: v.state for k, v in rest.items()} == {"3935": "CANCELLED", "3940": "COMPLETED"}   # 3940: no array
 
 
 @pytest.mark.parametrize("accounting", [False, True])

@@ -1,0 +1,125 @@
+"""Files where a cluster's jobs read and write them: on this machine, or on the cluster's login node.
+
+A sweep writes its points table and the directories Slurm writes into before
+its arrays start, and later reads what the tasks recorded (``exit.status``,
+the tails of error logs, a canary's marks).  For a cluster reached locally
+those are plain file operations here; for one reached over SSH each is one
+command on the login node, through the cluster backend's runner (the
+connection its Slurm commands already use).  :class:`ClusterFiles` is that
+choice, made once per cluster (:meth:`slurmkit.session.Session.files`), so
+no caller asks "local or remote?" again.
+
+A failure raises: ``OSError`` here, :class:`~slurmkit.errors.SlurmkitError`
+(through the backend's ``checked``) on the login node.  Reads of files that
+may not exist yet return None or an empty text instead.
+"""
+
+import os
+from typing import Dict, Iterable, List, Optional, Sequence
+
+# Writes standard input to "$1" atomically (a temporary file, then a rename), creating its directory.
+_PUT_SCRIPT = 'set -e; umask 077; mkdir -p -- "$(dirname -- "$1")"; cat > "$1.tmp.$$"; mv -f -- "$1.tmp.$$" "$1"'
+
+# Each file's last bytes after a record separator (\036) and its name and a unit separator (\037).
+_TAILS_SCRIPT = ('n=$1; shift; for f; do printf "\\036%s\\037" "$f"; '
+                 'tail -c "$n" -- "$f" 2>/dev/null || true; done')
+
+
+def put_file(path: str) -> List[str]:
+    """argv: write standard input to ``path``."""
+    return ["sh", "-c", _PUT_SCRIPT, "slurmkit-put", path]
+
+
+def make_dirs(paths: Iterable[str]) -> List[str]:
+    return ["mkdir", "-p", "--"] + list(paths)
+
+
+def read_file(path: str) -> List[str]:
+    return ["cat", "--", path]
+
+
+def remove_files(paths: Iterable[str]) -> List[str]:
+    return ["rm", "-f", "--"] + list(paths)
+
+
+def tails(paths: Sequence[str], size: int) -> List[str]:
+    """argv: the last ``size`` bytes of each file, in one process (see :func:`parse_tails`)."""
+    return ["sh", "-c", _TAILS_SCRIPT, "slurmkit-tails", str(int(size))] + list(paths)
+
+
+def parse_tails(text: str) -> Dict[str, str]:
+    """{path: its last bytes} from what :func:`tails` printed (a missing file: empty)."""
+    out = {}
+    for record in text.split("\x1e")[1:]:
+        path, _, body = record.partition("\x1f")
+        out[path] = body
+    return out
+
+
+def tail(path: str, size: int) -> str:
+    """The last ``size`` bytes of a file here, decoded; empty when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class ClusterFiles:
+    """The file operations of one cluster: ``local`` ones here, the others through ``backend``'s runner
+    (None for a local cluster)."""
+
+    def __init__(self, backend, local: bool):
+        self.backend = backend
+        self.local = local
+
+    def _run(self, argv: List[str], what: str, stdin: Optional[str] = None):
+        return self.backend.checked(self.backend.runner.run(argv, stdin=stdin), what)
+
+    def make_dirs(self, paths: Sequence[str]) -> None:
+        if self.local:
+            for path in paths:
+                os.makedirs(path, exist_ok=True)
+        elif paths:
+            self._run(make_dirs(paths), "mkdir")
+
+    def write(self, path: str, text: str) -> None:
+        """Replace ``path`` whole (a reader never sees half of it), creating its directory."""
+        if self.local:
+            from slurmkit.textfile import write_atomic
+
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomic(path, text)
+        else:
+            self._run(put_file(path), "writing %s" % path, stdin=text)
+
+    def read(self, path: str) -> Optional[str]:
+        """The file's text; None when it does not exist or cannot be read."""
+        if self.local:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    return fh.read()
+            except OSError:
+                return None
+        result = self.backend.runner.run(read_file(path))
+        return result.stdout if result.ok else None
+
+    def tails(self, paths: Iterable[str], size: int) -> Dict[str, str]:
+        """{path: its last ``size`` bytes} (empty for a file that does not exist), in one command."""
+        paths = sorted(paths)
+        if self.local:
+            return {path: tail(path, size) for path in paths}
+        return parse_tails(self.backend.runner.run(tails(paths, size)).stdout)
+
+    def remove(self, paths: Sequence[str]) -> None:
+        """Remove files that may be absent; a failure to remove one is not reported."""
+        if self.local:
+            for path in paths:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        elif paths:
+            self.backend.runner.run(remove_files(paths))
