@@ -2,7 +2,7 @@
 
 import click
 
-from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, StrictInt, cluster_option, job_options,
+from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, cluster_option, job_options,
                                   job_spec_from, json_option, pass_session, print_json, requeue_options, site_option,
                                   text_value, warn)
 from slurmkit.cli import sweep_commands

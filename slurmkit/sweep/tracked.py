@@ -17,7 +17,7 @@ that runs elsewhere or that a person stopped.
 """
 
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 # The key of a tracked job's spec that names its sweep and point.
 MARK = "sweep"
