@@ -226,7 +226,7 @@ def status_cost(tmp, sweep_id):
     commands one refresh runs per cluster when every point is asked about."""
     from slurmkit.session import Session
     from slurmkit.site import find_site
-    from slurmkit.sweep import core
+    from slurmkit.sweep import state
     from slurmkit.sweep.journal import Journal
 
     env = cluster_env()
@@ -246,7 +246,7 @@ def status_cost(tmp, sweep_id):
         backend = session.backend(CLUSTER)
         real = backend.runner.run
         backend.runner.run = lambda argv, **kw: commands.append(list(argv)[0]) or real(argv, **kw)
-        core.refresh(session, journal, sweep, also=[p.point_id for p in journal.points(sweep.id)])
+        state.refresh(session, journal, sweep, also=[p.point_id for p in journal.points(sweep.id)])
     best = min(rpcs, key=lambda d: sum(d.values()))
     return {"wall_s_median": statistics.median(walls), "counts_seen": counts, "slurm_commands": commands,
             "rpcs_min": sum(best.values()), "rpc_types": best}

@@ -1,6 +1,7 @@
 """Sweep commands: ``sweep submit|status|rerun|cancel|throttle|list``, and ``submit --sweep``.
 
-Thin commands over :mod:`slurmkit.sweep.core`.  ``submit`` takes the sweep
+Thin commands over :mod:`slurmkit.sweep.submission`, :mod:`~slurmkit.sweep.state` and
+:mod:`~slurmkit.sweep.actions`.  ``submit`` takes the sweep
 options through :func:`sweep_options` (the same decorator as ``sweep
 submit``) and hands a sweep to :func:`submit_sweep`.  The commands after
 submission open the site the sweep was submitted with unless ``--site``
@@ -80,7 +81,7 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
     ``not_with``: ``submit``'s options that a sweep does not take, by name, as given; ``requeue``: the
     requeue budget with ``--auto-requeue`` (each task tracked by the requeue daemon).
     """
-    from slurmkit.sweep import core
+    from slurmkit.sweep import submission
 
     given = [name for name, value in (not_with or {}).items() if value]
     if given:
@@ -92,12 +93,12 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
             "accel": ": name the clusters with --cluster and the partition with -p",
             "explain": "", "dry_run": ": render one task's job with 'slurmkit render'"}.get(given[0], "")))
 
-    request = core.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
+    request = submission.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                 points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
                                 cluster=cluster, partition=partition, sweep_dir=sweep_kwargs.get("sweep_dir"),
                                 max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"),
                                 auto_requeue=requeue)
-    report = core.submit(session, request)
+    report = submission.submit(session, request)
     warn(report.warnings)
     if as_json:
         print_json(report.to_dict())
@@ -237,18 +238,19 @@ def sweep_status(session, journal, record, failed, output, as_json):
       slurmkit sweep status train-1a2b3c4d --failed --output failed.jsonl
     """
     from slurmkit.errors import UsageError
-    from slurmkit.sweep import core
+    from slurmkit.sweep import actions
+    from slurmkit.sweep import state
 
     if output and not failed:
         raise UsageError("--output writes the failed points: add --failed")
-    status = core.status(session, record.id, journal=journal)
+    status = state.status(session, record.id, journal=journal)
     warn("cluster %s not reachable: %s (its tasks are shown as last seen)" % kv for kv in status.unreachable.items())
-    verdicts = core.canary_verdicts(session, status)
-    bad = [p for p in status.points if p.state in core.FAILED_STATES]
+    verdicts = state.canary_verdicts(session, status)
+    bad = [p for p in status.points if p.state in state.FAILED_STATES]
     shown = bad if failed else bad[:10]
-    tails = core.error_tails(session, status, [p.point_id for p in shown])
+    tails = state.error_tails(session, status, [p.point_id for p in shown])
     if output:
-        count = core.write_points_file(output, bad)
+        count = actions.write_points_file(output, bad)
         if output != "-":
             click.echo("wrote %d failed point(s) to %s" % (count, output), err=True)
         return
@@ -259,7 +261,7 @@ def sweep_status(session, journal, record, failed, output, as_json):
                     "arrays": [{"id": "%s:%s" % (a.cluster, a.job_id), "cluster": a.cluster, "job_id": a.job_id,
                                 "indices": a.indices, "throttle": a.throttle, "phase": a.phase, "note": a.note}
                                for a in status.arrays],
-                    "points": [_point_dict(status, p, tails.get(p.point_id) if p.state in core.FAILED_STATES
+                    "points": [_point_dict(status, p, tails.get(p.point_id) if p.state in state.FAILED_STATES
                                            else None) for p in points],
                     "canary_holds": verdicts, "unreachable": status.unreachable})
         return
@@ -302,10 +304,10 @@ def sweep_rerun(session, journal, record, failed, point_ids, as_json):
       slurmkit sweep rerun train-1a2b3c4d
       slurmkit sweep rerun train-1a2b3c4d --points 9f2c01,77ab3e
     """
-    from slurmkit.sweep import core
+    from slurmkit.sweep import actions
 
     ids = [p.strip() for p in (point_ids or "").split(",") if p.strip()]
-    report = core.rerun(session, record.id, failed=not ids, point_ids=ids, journal=journal)
+    report = actions.rerun(session, record.id, failed=not ids, point_ids=ids, journal=journal)
     warn(report.warnings)
     warn("point %s is still queued or running; not rerun" % p for p in report.skipped_live)
     if as_json:
@@ -331,9 +333,9 @@ def sweep_cancel(session, journal, record):
     Example:
       slurmkit sweep cancel train-1a2b3c4d
     """
-    from slurmkit.sweep import core
+    from slurmkit.sweep import actions
 
-    report = core.cancel(session, record.id, journal=journal)
+    report = actions.cancel(session, record.id, journal=journal)
     warn(report.warnings)
     if report.cancelled:
         click.echo("cancelled %d task(s) of sweep %s: %s" % (report.tasks, record.id, ", ".join(report.cancelled)))
@@ -360,9 +362,9 @@ def sweep_move(session, journal, record, source, target, partition, as_json):
     Example:
       slurmkit sweep move train-1a2b3c4d --from beta --to alpha
     """
-    from slurmkit.sweep import core
+    from slurmkit.sweep import actions
 
-    report = core.move(session, record.id, source, target, partition, journal=journal)
+    report = actions.move(session, record.id, source, target, partition, journal=journal)
     warn(report.warnings)
     if as_json:
         print_json(report.to_dict())
@@ -384,9 +386,9 @@ def sweep_throttle(session, journal, record, max_running):
     Example:
       slurmkit sweep throttle train-1a2b3c4d 16
     """
-    from slurmkit.sweep import core
+    from slurmkit.sweep import actions
 
-    for ref, share in core.throttle(session, record.id, max_running, journal=journal).items():
+    for ref, share in actions.throttle(session, record.id, max_running, journal=journal).items():
         click.echo("%s: at most %d at once" % (ref, share))
 
 

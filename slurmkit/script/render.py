@@ -44,6 +44,23 @@ def _builtin_templates() -> str:
 
 
 BUILTIN_TEMPLATES = _builtin_templates()
+_PART_COMMENT_RE = re.compile(r"\A\{#.*?#\}\n", re.S)
+_parts: Dict[str, str] = {}
+
+
+def script_part(name: str) -> str:
+    """A built-in template part that is plain bash after its first ``{# ... #}`` comment (the supervise
+    loop, ``_supervise.sh.j2``), as Jinja renders it for the templates that include it.  Read without
+    Jinja, so a sweep's array script, built around an already rendered (cached) job, does not load it."""
+    if name not in _parts:
+        from slurmkit import textfile
+
+        path = os.path.join(BUILTIN_TEMPLATES, name)
+        text = _PART_COMMENT_RE.sub("", textfile.read_text(path, TEMPLATE_LIMIT), count=1)
+        if re.search(r"\{[{%#]", text):
+            raise ConfigError("template part %s holds Jinja beyond its first comment; it must be plain bash" % path)
+        _parts[name] = text
+    return _parts[name]
 COMM_MODES = ("heavy", "light")
 # Patterns are matched whole (fullmatch) and in ASCII: with "^...$" a value
 # ending in a newline matches too, and "\d" takes digits of any script.

@@ -9,7 +9,9 @@ that fits the cluster's ``MaxArraySize``/``max_array_tasks``.  The parts:
 - ``arrays``:   array limits, chunking, ``--array`` specs, throttle and cluster shares (pure);
 - ``script``:   one array's job script: the rendered job plus its points table and prologue (pure);
 - ``journal``:  the sweep journal (SQLite, WAL) under the user's state directory;
-- ``core``:     submit, status, rerun, cancel and throttle: the library's entry points;
+- ``submission``: submit: plan the points, place them on clusters, submit their arrays;
+- ``state``:    status: every task of the sweep's unfinished arrays, asked once per cluster;
+- ``actions``:  rerun, move, cancel, throttle, and the restart of one point for the daemon;
 - ``tracked``:  tasks of ``--auto-requeue`` sweeps as jobs of the requeue journal;
 - ``autorequeue``: the requeue daemon that polls and restarts those tasks through their sweep;
 - ``testing``:  a FakeSlurm that runs job arrays, for unit tests.

@@ -17,7 +17,7 @@ tokens) with two differences for the tracked jobs that are a sweep's points
   the daemon's own batched query (``jobs_by_id``), so a cluster with both
   costs that query too;
 - **submit**: a restart is a one-task sparse array of the point's table
-  (:func:`slurmkit.sweep.core.restart_point`): the point keeps its index,
+  (:func:`slurmkit.sweep.actions.restart_point`): the point keeps its index,
   output and checkpoint directory, resumes from the checkpoint the policy
   chose, and the sweep's journal records it as the point's latest attempt.
 
@@ -50,7 +50,7 @@ class SweepDaemon(Daemon):
 
     def _poll_points(self, items: List[Tracked], report: CycleReport) -> None:
         from slurmkit.slurm.types import FINISHED_STATES
-        from slurmkit.sweep import core
+        from slurmkit.sweep import state
         from slurmkit.sweep.journal import Journal, SweepBusy
 
         groups = {}
@@ -73,7 +73,7 @@ class SweepDaemon(Daemon):
                 try:
                     session = self.sessions(site)
                     with journal.locked(sweep.id, wait=0):
-                        status = core.refresh(session, journal, sweep, reconcile=True,
+                        status = state.refresh(session, journal, sweep, reconcile=True,
                                               answered=answered.get(site, {}))
                 except SweepBusy:
                     continue       # a user's command is working on the sweep: next cycle
@@ -102,7 +102,7 @@ class SweepDaemon(Daemon):
                     # When the task started and ended, from the shared answer (squeue's StartTime/EndTime):
                     # the policy's crash-loop rule counts tasks that fail soon after starting.
                     shared = answered.get(site, {}).get(array.cluster)
-                    task = shared.found.get((array.job_id, p.idx)) if isinstance(shared, core.TaskAnswer) else None
+                    task = shared.found.get((array.job_id, p.idx)) if isinstance(shared, state.TaskAnswer) else None
                     started = task.start_time if task is not None else None
                     if p.state in FINISHED_STATES:
                         ended = task.end_time if task is not None and task.state == p.state else None
@@ -112,7 +112,7 @@ class SweepDaemon(Daemon):
                         report.finished.append((t.id, p.state))
                         report.changed = True
                     else:
-                        if core.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
+                        if state.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
                                                       or (started is not None and attempt.started_at is None)):
                             self.journal.observed(attempt.id, state=p.state, nodes=p.nodes, started_at=started)
                             report.changed = True
@@ -131,11 +131,11 @@ class SweepDaemon(Daemon):
         where there is accounting), and each sweep's refresh reads its own
         tasks from that answer.
         """
-        from slurmkit.sweep import core
+        from slurmkit.sweep import state
 
         wanted, accounting = {}, {}
         for (site, _), sweep in sweeps.items():
-            asked, has_accounting = core.tasks_to_ask(journal, sweep)
+            asked, has_accounting = state.tasks_to_ask(journal, sweep)
             for cluster, keys in asked.items():
                 wanted.setdefault((site, cluster), set()).update(keys)
                 accounting[(site, cluster)] = accounting.get((site, cluster), False) or has_accounting.get(cluster,
@@ -143,7 +143,7 @@ class SweepDaemon(Daemon):
         answered = {}
         for (site, cluster), keys in wanted.items():
             try:
-                answer = core.query_tasks(self.sessions(site), cluster, keys, accounting[(site, cluster)])
+                answer = state.query_tasks(self.sessions(site), cluster, keys, accounting[(site, cluster)])
             except SlurmkitError as exc:
                 answer = exc       # each sweep reports the cluster unreachable; none asks again
             answered.setdefault(site, {})[cluster] = answer
@@ -153,12 +153,12 @@ class SweepDaemon(Daemon):
         where = point_of(tracked)
         if where is None:
             return self._submit_plain(tracked, attempt, cluster)
-        from slurmkit.sweep import core
+        from slurmkit.sweep import actions
         from slurmkit.sweep.journal import Journal
 
         journal = Journal()
         try:
-            return core.restart_point(self.sessions(tracked.site), journal, where[0], where[1], tracked, attempt,
+            return actions.restart_point(self.sessions(tracked.site), journal, where[0], where[1], tracked, attempt,
                                       still_tracked=lambda: self.journal.job(tracked.id).state == "active")
         finally:
             journal.close()

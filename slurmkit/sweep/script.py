@@ -29,7 +29,7 @@ import shlex
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
-from slurmkit.script.render import shell_quote_line
+from slurmkit.script.render import script_part, shell_quote_line
 from slurmkit.slurm.commands import SCRIPT_TRAILER
 from slurmkit.sweep.points import Point, env_name
 
@@ -46,7 +46,7 @@ class Row(NamedTuple):
 
 
 class Canary(NamedTuple):
-    """A canary array: started at throttle 1 (see the module docstring of slurmkit.sweep.core)."""
+    """A canary array: started at throttle 1 (see the module docstring of slurmkit.sweep.submission)."""
 
     failures: int               # K: hold the rest after K failures with one exit status and no success
     widen_to: int               # the throttle after the first success (0: none)
@@ -136,6 +136,7 @@ def _prologue(sweep_id: str, sweep_dir: str, table_file: Optional[Tuple[str, str
 def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
     """After the task's function: run it as a child that this shell watches and ends as it did."""
     out = [
+        script_part("_supervise.sh.j2").rstrip("\n"),
         'if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
         '    echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
         "    exit 1",
@@ -153,20 +154,12 @@ def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
         out += _canary_lines(sweep_id, canary)
     out += [
         "# The task runs in a child of this shell (a subshell: no second bash to start and parse the",
-        "# script), which records how it ended in the point's directory (exit.status: Slurm forgets",
-        "# ended tasks after MinJobAge, and not every cluster keeps accounting) and then ends the same",
-        "# way itself: the same exit status, or the same signal.",
-        '(slurmkit_sweep_task "$@") &',
-        "slurmkit_sweep_child=$!",
-        "trap 'slurmkit_sweep_woken=1; kill -TERM \"$slurmkit_sweep_child\" 2>/dev/null || true' TERM",
-        "trap 'slurmkit_sweep_woken=1; kill -INT \"$slurmkit_sweep_child\" 2>/dev/null || true' INT",
-        "trap 'slurmkit_sweep_woken=1; kill -USR1 \"$slurmkit_sweep_child\" 2>/dev/null || true' USR1",
-        "# wait returns early (status > 128) when a trap ran: then wait again; only wait knows the status.",
-        "while :; do",
-        "    slurmkit_sweep_woken=0 slurmkit_sweep_rc=0",
-        '    wait "$slurmkit_sweep_child" || slurmkit_sweep_rc=$?',
-        "    (( slurmkit_sweep_woken && slurmkit_sweep_rc > 128 )) || break",
-        "done",
+        "# script), which passes scancel's TERM, INT and the time limit's USR1 on to it, records how it",
+        "# ended in the point's directory (exit.status: Slurm forgets ended tasks after MinJobAge, and",
+        "# not every cluster keeps accounting) and then ends the same way itself: the same exit",
+        "# status, or the same signal.",
+        'slurmkit_supervise "TERM INT USR1" "" slurmkit_sweep_task "$@"',
+        "slurmkit_sweep_rc=$slurmkit_rc",
         'printf \'%s %s_%s %s\\n\' "$slurmkit_sweep_rc" "${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" '
         '"${SLURM_RESTART_COUNT:-0}" >"$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" &&',
         '    mv -f -- "$SLURMKIT_SWEEP_POINT_DIR/exit.status.$$" "$SLURMKIT_SWEEP_POINT_DIR/exit.status" || true',
@@ -177,11 +170,7 @@ def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
     if canary is not None:
         out.append('slurmkit_sweep_canary "$slurmkit_sweep_rc"')
     out += [
-        "if (( slurmkit_sweep_rc > 128 )); then",
-        "    trap - TERM INT USR1",
-        '    kill -s "$((slurmkit_sweep_rc - 128))" "$$" 2>/dev/null || true',
-        "fi",
-        'exit "$slurmkit_sweep_rc"',
+        'slurmkit_end_as "$slurmkit_sweep_rc"',
         "# The last command above: what follows is the points table, which bash never reads as commands.",
     ]
     return "\n".join(out) + "\n"

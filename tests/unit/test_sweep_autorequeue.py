@@ -11,7 +11,9 @@ from slurmkit import checkpoint
 from slurmkit.requeue.daemon import CycleReport
 from slurmkit.requeue.journal import Journal as RequeueJournal
 from slurmkit.script.render import JobSpec
-from slurmkit.sweep import core
+from slurmkit.errors import UsageError
+from slurmkit.sweep import actions, submission
+from slurmkit.sweep import state
 from slurmkit.sweep.autorequeue import SweepDaemon
 from slurmkit.sweep.journal import Journal
 from slurmkit.sweep.testing import FakeArraySlurm, table_rows
@@ -42,8 +44,8 @@ class World:
 
     def submit(self, grid=("seed=0..3",), **budget):
         spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, time="00:05:00")
-        request = core.SweepRequest(spec=spec, grid=grid, sweep_dir=str(self.tmp / "sweep"), auto_requeue=budget)
-        return core.submit(self.session, request, self.sweeps)
+        request = submission.SweepRequest(spec=spec, grid=grid, sweep_dir=str(self.tmp / "sweep"), auto_requeue=budget)
+        return submission.submit(self.session, request, self.sweeps)
 
     def tracked(self):
         return {point_of(t)[1]: t for t in self.daemon.journal.jobs()}
@@ -115,7 +117,7 @@ def test_a_node_failure_restarts_only_that_task_from_its_checkpoint_as_a_one_tas
     tracked = world.tracked()
     assert {p: t.state for p, t in tracked.items()} == {p: "completed" if p != points[2] else "active"
                                                         for p in points.values()}
-    status = core.status(world.session, report.sweep_id, world.sweeps)
+    status = state.status(world.session, report.sweep_id, world.sweeps)
     assert status.counts() == {"COMPLETED": 3, "PENDING": 1}
     (pending,) = [p for p in status.points if p.state == "PENDING"]
     assert status.task_name(pending) == "alpha:%s_2" % restart.job_id           # its latest attempt
@@ -123,7 +125,7 @@ def test_a_node_failure_restarts_only_that_task_from_its_checkpoint_as_a_one_tas
     again = world.daemon.cycle()
     assert again.finished == [(tracked[points[2]].id, "COMPLETED")] and again.restarted == []
     assert world.tracked()[points[2]].state == "completed"
-    assert core.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 4}
+    assert state.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 4}
 
 
 def test_a_program_failure_is_not_restarted_and_stays_failed_for_sweep_rerun(world):
@@ -134,7 +136,7 @@ def test_a_program_failure_is_not_restarted_and_stays_failed_for_sweep_rerun(wor
     assert cycle.restarted == [] and len(world.alpha.arrays) == 1
     states = {t.state for t in world.tracked().values()}
     assert states == {"completed", "stopped"}
-    assert core.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 3, "FAILED": 1}
+    assert state.status(world.session, report.sweep_id, world.sweeps).counts() == {"COMPLETED": 3, "FAILED": 1}
 
 
 def test_a_rerun_by_hand_takes_the_point_from_the_daemon_and_it_never_runs_twice(world):
@@ -144,7 +146,7 @@ def test_a_rerun_by_hand_takes_the_point_from_the_daemon_and_it_never_runs_twice
     world.alpha.run(array.job_id)
     world.alpha.finish_task(array.job_id, 1, "NODE_FAIL")
     first = world.tracked()[points[1]]
-    rerun = core.rerun(world.session, report.sweep_id, journal=world.sweeps)
+    rerun = actions.rerun(world.session, report.sweep_id, journal=world.sweeps)
     assert [a.kind for a in rerun.arrays] == ["rerun"]                  # a sparse array, tracked anew
     by_point = {}
     for t in world.daemon.journal.jobs():
@@ -167,7 +169,7 @@ def test_the_daemon_adopts_a_placement_made_while_it_was_deciding(world):
     world.daemon._decide(world.daemon.journal.jobs(state="active"), CycleReport())
     stale = world.daemon.journal.jobs(state="active")                   # the daemon's view: one intent
     assert [t.current.phase for t in stale] == ["intent"]
-    core.rerun(world.session, report.sweep_id, journal=world.sweeps)   # the user, meanwhile
+    actions.rerun(world.session, report.sweep_id, journal=world.sweeps)   # the user, meanwhile
     tracked, attempt = stale[0], stale[0].current
     cluster, task = world.daemon.submit_attempt(tracked, attempt, "alpha")
     (rerun,) = [a for a in world.alpha.arrays.values() if a.job_id != array.job_id]
@@ -179,7 +181,7 @@ def test_cancel_stops_the_tracking_so_nothing_cancelled_comes_back(world):
     report = world.submit()
     (array,) = world.alpha.arrays.values()
     world.alpha.finish_task(array.job_id, 0, "NODE_FAIL")
-    core.cancel(world.session, report.sweep_id, world.sweeps)
+    actions.cancel(world.session, report.sweep_id, world.sweeps)
     assert {t.state for t in world.tracked().values()} == {"stopped"}
     cycle = world.daemon.cycle()
     assert cycle.restarted == [] and len(world.alpha.arrays) == 1
@@ -187,8 +189,8 @@ def test_cancel_stops_the_tracking_so_nothing_cancelled_comes_back(world):
 
 def test_auto_requeue_needs_an_absolute_sweep_dir_and_takes_no_checkpoint_dir(world):
     spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, checkpoint_dir="/x")
-    with pytest.raises(core.UsageError, match="--checkpoint-dir does not apply to a sweep"):
-        core.submit(world.session, core.SweepRequest(spec=spec, grid=("seed=1",), sweep_dir=str(world.tmp / "s")),
+    with pytest.raises(UsageError, match="--checkpoint-dir does not apply to a sweep"):
+        submission.submit(world.session, submission.SweepRequest(spec=spec, grid=("seed=1",), sweep_dir=str(world.tmp / "s")),
                     world.sweeps)
     assert world.alpha.arrays == {}
 
@@ -225,9 +227,9 @@ def test_a_cycle_asks_each_cluster_once_for_every_sweep_whatever_their_number(tm
         spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, time="00:05:00")
         sweeps = []
         for name, cluster in (("one", "alpha"), ("two", "alpha"), ("three", "beta")):
-            request = core.SweepRequest(spec=spec, grid=("seed=0..2",), name=name, cluster=cluster,
+            request = submission.SweepRequest(spec=spec, grid=("seed=0..2",), name=name, cluster=cluster,
                                         sweep_dir=str(tmp_path / name), auto_requeue={})
-            sweeps.append(core.submit(world.session, request, world.sweeps))
+            sweeps.append(submission.submit(world.session, request, world.sweeps))
         plain = []
         for n, backend in enumerate((world.alpha, world.alpha, world.beta)):
             tid = world.daemon.journal.track(name="p%d" % n, site="fake", cluster=backend.cluster_name,
@@ -279,7 +281,7 @@ def test_a_cycle_asks_each_cluster_once_for_every_sweep_whatever_their_number(tm
         assert {world.daemon.journal.job(t).state for t in plain} == {"active"}
         assert {world.daemon.journal.job(t).current.state for t in plain} == {"RUNNING"}
         for result in sweeps:
-            status = core.status(world.session, result.sweep_id, world.sweeps)
+            status = state.status(world.session, result.sweep_id, world.sweeps)
             assert not status.unreachable
     finally:
         world.close()

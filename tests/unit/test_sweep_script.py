@@ -4,7 +4,6 @@ the program literally, the task ends as the program did, the canary holds or wid
 
 import json
 import os
-import re
 import stat
 import subprocess
 import sys
@@ -14,7 +13,8 @@ import pytest
 from slurmkit.script.render import JobSpec
 from slurmkit.slurm import commands
 from slurmkit.slurm.commands import SCRIPT_TRAILER
-from slurmkit.sweep import core
+from slurmkit.sweep import submission
+from slurmkit.sweep import state
 from slurmkit.sweep import script as sweep_script
 from slurmkit.sweep.journal import Journal
 from slurmkit.sweep.testing import FakeArraySlurm, table_rows
@@ -37,7 +37,7 @@ def env(tmp_path, monkeypatch):
 def submit(tmp_path, journal, command, *, grid=(), points_file=None, config=None, **kw):
     alpha = FakeArraySlurm("alpha", config=config or {})
     spec = JobSpec(command=tuple(command), template="single", gpus_per_node=0, time="00:05:00")
-    report = core.submit(fake_session(alpha=alpha), core.SweepRequest(
+    report = submission.submit(fake_session(alpha=alpha), submission.SweepRequest(
         spec=spec, grid=list(grid), points_file=points_file, sweep_dir=str(tmp_path / "sweep"), **kw), journal)
     return alpha, report
 
@@ -128,7 +128,7 @@ def test_a_task_ends_as_its_program_did_and_every_attempt_is_appended(env):
     assert [ln for ln in errors if not ln.startswith("==")] == ["err three", "err three"]
     headers = [ln for ln in errors if ln.startswith("== slurmkit sweep")]
     assert len(headers) == 2 and "restart 0" in headers[0] and "restart 1" in headers[1]
-    assert core.last_attempt_tail("\n".join(errors)) == "err three"
+    assert state.last_attempt_tail("\n".join(errors)) == "err three"
 
 
 def test_a_sweep_submitted_from_inside_another_sweeps_task_is_still_supervised(env):
@@ -237,3 +237,54 @@ def test_canary_keeps_one_at_a_time_while_failures_differ_and_widens_on_a_pass(e
     # Decided once: a later failure changes nothing.
     assert run_task(tmp_path, first.script, 1, first.job_id, restart=0, fake_bin=fake_bin).returncode == 2
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_a_signal_to_the_tasks_shell_reaches_the_program_which_ends_the_task(env):
+    # scancel --batch and the time limit's --signal=B:USR1 signal only the batch shell: the supervisor
+    # passes TERM, INT and USR1 on.  The program must not inherit an ignored SIGINT (what bash gives a
+    # command it starts with & in a script), or a Python program never sees Ctrl-C's signal.
+    import signal
+    import time
+
+    tmp_path, journal = env
+    program = ("import signal, sys, time\n"
+               "print('ignored' if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 'handled', flush=True)\n"
+               "signal.signal(signal.SIGINT, lambda *a: sys.exit(7))\n"
+               "print('ready', flush=True)\n"
+               "time.sleep(60)\n")
+    alpha, _ = submit(tmp_path, journal, [sys.executable, "-c", program, "{n}"], grid=["n=0"])
+    (array,) = alpha.arrays.values()
+    path = tmp_path / "job.sh"
+    path.write_text(array.script)
+    env_ = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}
+    env_.update(SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID=array.job_id, SLURM_JOB_ID="9000")
+    proc = subprocess.Popen(["bash", str(path)], env=env_, cwd=str(tmp_path), start_new_session=True)
+    output = point_dir(tmp_path, array.script, 0) / "output.log"
+    deadline = time.monotonic() + 30
+    while not (output.exists() and "ready" in output.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)                   # the task's shell only, not its process group
+    assert proc.wait(timeout=30) == 7
+    assert output.read_text().splitlines()[1:] == ["handled", "ready"]
+    assert (output.parent / "exit.status").read_text().split()[0] == "7"
+
+
+def test_the_supervise_loop_is_written_once_and_every_script_runs_that_one():
+    from pathlib import Path
+
+    from slurmkit.script import render
+    from slurmkit.site.loader import load_site
+
+    root = Path(__file__).resolve().parents[2]
+    sources = sorted(root.glob("templates/*.j2")) + sorted((root / "slurmkit").rglob("*.py"))
+    loops = [p.relative_to(root) for p in sources if 'wait "$' in p.read_text(encoding="utf-8")]
+    assert [str(p) for p in loops] == ["templates/_supervise.sh.j2"]
+    part = render.script_part("_supervise.sh.j2")
+    assert part.startswith("# slurmkit_supervise ") and "{#" not in part and part.count("slurmkit_supervise() {") == 1
+    site = load_site(str(root / "site_configs" / "local.yaml"))
+    cluster = site.cluster()
+    spec = render.JobSpec(command=("true",), template="single", time="5", token="t", checkpoint_dir="/c", attempt=1)
+    assert render.render(site, cluster, site.partition(cluster, "cpu"), spec).script.count(part) == 1   # Jinja's
+    assert "slurmkit_supervise" not in render.render(site, cluster, site.partition(cluster, "cpu"),
+                                                     spec._replace(checkpoint_dir=None, attempt=None)).script
