@@ -447,8 +447,8 @@ def cancel_known(session: Session, refs: Sequence[JobRef]) -> CancelReport:
     return CancelReport(cancelled, ended, missing)
 
 
-def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=time.monotonic,
-         sleep=time.sleep, on_change=None) -> JobInfo:
+def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=time,
+         on_change=None) -> JobInfo:
     """Poll one job until it finishes, backing off from 1 s to 10 s between polls.
 
     Each poll is one ``jobs_by_id``: one squeue while Slurm still lists the
@@ -457,11 +457,12 @@ def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=t
     called whenever the state changes.  Raises SlurmkitError when the job is
     unknown, and :class:`~slurmkit.errors.WaitTimeoutError` (never a
     connection error: Slurm did answer) when ``timeout`` passes first.
+    ``clock``: ``monotonic()`` and ``sleep()`` (the time module; a FakeClock in tests).
     """
     from slurmkit.errors import WaitTimeoutError
 
     backend = session.backend(ref.cluster)
-    deadline = None if timeout is None else clock() + timeout
+    deadline = None if timeout is None else clock.monotonic() + timeout
     delay, last_state = 1.0, None
     while True:
         job = backend.jobs_by_id([ref.job_id]).get(ref.job_id)
@@ -473,9 +474,9 @@ def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=t
                 on_change(job)
         if job.finished:
             return job
-        if deadline is not None and clock() + delay > deadline:
+        if deadline is not None and clock.monotonic() + delay > deadline:
             raise WaitTimeoutError("job %s is still %s after %ss" % (ref, job.state, timeout), job=job)
-        sleep(delay)
+        clock.sleep(delay)
         delay = min(delay * 1.5, 10.0)
 
 

@@ -19,7 +19,7 @@ from slurmkit.textfile import write_atomic
 
 
 class Cooldown:
-    def __init__(self, path: Optional[Path] = None, clock=time.time, threshold: int = 2,
+    def __init__(self, path: Optional[Path] = None, clock=time, threshold: int = 2,
                  base: float = 60.0, cap: float = 900.0):
         if path is None:
             from slurmkit.cache import private_dir
@@ -56,7 +56,7 @@ class Cooldown:
         """Why ``cluster`` is being skipped right now, or None."""
         with self._locked() as state:
             entry = state.get(cluster)
-        if not entry or entry.get("until", 0) <= self.clock():
+        if not entry or entry.get("until", 0) <= self.clock.time():
             return None
         until = datetime.fromtimestamp(entry["until"]).strftime("%H:%M:%S")
         return "cooling down until %s after %d failures in a row (last: %s)" % (until, entry["failures"],
@@ -69,7 +69,7 @@ class Cooldown:
             entry["reason"] = reason
             over = entry["failures"] - self.threshold
             if over >= 0:
-                entry["until"] = self.clock() + min(self.base * (2 ** over), self.cap)
+                entry["until"] = self.clock.time() + min(self.base * (2 ** over), self.cap)
 
     def success(self, cluster: str) -> None:
         with self._locked() as state:

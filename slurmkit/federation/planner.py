@@ -30,7 +30,7 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
@@ -224,7 +224,7 @@ def plan(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = No
     return viable + rest
 
 
-def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callable[[float], None],
+def _submit_to(session: Session, candidate: Candidate, token: str, clock,
                caller_token: bool = False) -> Submission:
     """Submit on one cluster; retry *there* while the outcome is unknown (the token makes it safe).
 
@@ -250,14 +250,15 @@ def _submit_to(session: Session, candidate: Candidate, token: str, sleep: Callab
                     "another cluster, which could create a duplicate: rerun the same command with --token %s "
                     "--cluster %s to finish safely" % (candidate.cluster, attempt, exc, token, candidate.cluster)
                 ).outcome_unknown() from None
-            sleep(min(2.0 * attempt, 5.0))
+            clock.sleep(min(2.0 * attempt, 5.0))
     raise AssertionError("unreachable")
 
 
 def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = None,
                 partition: Optional[str] = None, accel: Sequence[str] = (), cooldown: Optional[Cooldown] = None,
-                dry_run: bool = False, sleep: Callable[[float], None] = time.sleep) -> Placement:
-    """Plan, then submit to the best cluster, failing over to the next ones."""
+                dry_run: bool = False, clock=time) -> Placement:
+    """Plan, then submit to the best cluster, failing over to the next ones (``clock``: its ``sleep()``
+    between retries; the time module, a FakeClock in tests)."""
     cooldown = cooldown or Cooldown()
     caller_token = spec.token is not None
     token = spec.token or new_token()
@@ -270,8 +271,8 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
             existing = _existing_anywhere(session, token, clusters)
             if existing is not None:
                 return existing
-            return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token)
-    return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token, dry_run)
+            return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token)
+    return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token, dry_run)
 
 
 # The key of the lock around a federated submission's look-everywhere-then-submit: not a
@@ -299,7 +300,7 @@ def _existing_anywhere(session: Session, token: str, clusters: Optional[Sequence
     return None
 
 
-def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep, caller_token,
+def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token,
                      dry_run=False) -> Placement:
     token = spec.token
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
@@ -308,7 +309,7 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, sleep,
     failed: List[Tuple[str, SlurmkitError]] = []    # (cluster, why submitting there failed), in order
     for candidate in (c for c in candidates if c.viable):
         try:
-            submission = _submit_to(session, candidate, token, sleep, caller_token)
+            submission = _submit_to(session, candidate, token, clock, caller_token)
         except SlurmkitError as exc:
             if exc.may_have_run:
                 raise

@@ -24,7 +24,7 @@ cluster is far away or broken.  The usual three parts:
 import shlex
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError
 from slurmkit.results import GroupResult, each
@@ -311,7 +311,7 @@ def _probe_backend(backend, name: str, gres: Tuple[str, ...]) -> ClusterStatus:
     return summarize(name, version, nodes, list(partitions), pending, gres)
 
 
-def probe_cluster(session, name: str, clock: Callable[[], float] = time.monotonic) -> ClusterStatus:
+def probe_cluster(session, name: str, clock=time) -> ClusterStatus:
     """Probe one cluster of ``session``'s site: its status, or :class:`ProbeError`.
 
     An unknown cluster name is the caller's mistake and raises UsageError.
@@ -324,7 +324,7 @@ def probe_cluster(session, name: str, clock: Callable[[], float] = time.monotoni
     cluster = session.site.cluster(name)
     gres = _accelerator_gres(cluster)
     via = ""
-    started = clock()
+    started = clock.monotonic()
     cause = None
     try:
         via = _via(cluster)
@@ -338,7 +338,7 @@ def probe_cluster(session, name: str, clock: Callable[[], float] = time.monotoni
             status = parse_probe(result.stdout, result.stderr, result.returncode, cluster.name, gres)
     except SlurmkitError as exc:
         status, cause = unreachable(cluster.name, str(exc)), exc
-    status = replace(status, rtt_ms=round((clock() - started) * 1000.0, 1), via=via)
+    status = replace(status, rtt_ms=round((clock.monotonic() - started) * 1000.0, 1), via=via)
     if not status.reachable:
         raise ProbeError(status) from cause
     return status

@@ -8,6 +8,7 @@ drained the node meanwhile: then it is theirs).
 """
 
 import math
+import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from slurmkit.errors import SlurmkitError, UsageError
@@ -72,7 +73,7 @@ STAMP_SETTLE_S = 0.5
 
 
 def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: bool = False,
-                     node_info=None, clock=None) -> Applied:
+                     node_info=None, clock=time) -> Applied:
     """Drain or resume the checked node per the ownership rules (HealthCheckProgram mode).
 
     The cap counts the nodes slurmkit keeps drained in each of the node's
@@ -82,10 +83,8 @@ def decide_and_apply(backend, report, resume_after: int, drain_cap, dry_run: boo
     finds over the cap is undone (:func:`ownership.cap_after_drain`).  The
     second count waits until the second of this drain's stamp is over, so
     that every drain stamped in it is in: up to 1.5 s, paid only by a node
-    that drains.  ``clock``: ``time()`` and ``sleep()`` (the time module; injected).
+    that drains.  ``clock``: ``time()`` and ``sleep()`` (the time module; a FakeClock in tests).
     """
-    if clock is None:
-        import time as clock
     info = node_info if node_info is not None else node_record(backend, report.node)
     decision = ownership.decide(info, report.failing, resume_after)
     if decision.action == NONE:

@@ -100,7 +100,7 @@ class Daemon:
     def __init__(self, journal: Journal, sessions: Callable[[str], object],
                  submit_attempt: Callable[..., Tuple[str, str]],
                  latest_checkpoint: Optional[Callable[[str], object]] = None,
-                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
+                 clock=time,
                  min_interval: float = 5.0, max_interval: float = 60.0,
                  progress: Optional[Callable[[str], str]] = None):
         self.journal = journal
@@ -112,8 +112,8 @@ class Daemon:
         # cron is a new process every time.
         self.progress = progress or progress_marker
         self.clock = clock
-        # Waiting on the stop event lets SIGTERM end the wait at once; tests inject a fake sleep.
-        self.sleep = sleep or self._wait
+        # Waiting on the stop event lets SIGTERM end the wait at once; a fake clock's sleep in tests.
+        self.sleep = self._wait if clock is time else clock.sleep
         self.min_interval = min_interval
         self.max_interval = max_interval
         self.interval = min_interval
@@ -174,10 +174,10 @@ class Daemon:
             interval = min(self.interval * 2, self.max_interval)
             for soon in (report.next_end, report.next_hang):
                 if soon is not None:
-                    interval = min(interval, max(self.min_interval, soon - self.clock()))
+                    interval = min(interval, max(self.min_interval, soon - self.clock.time()))
             interval = max(self.min_interval, interval)
         if report.next_due is not None:
-            interval = min(interval, max(0.0, report.next_due - self.clock()))
+            interval = min(interval, max(0.0, report.next_due - self.clock.time()))
         return interval
 
     # -- one cycle ---------------------------------------------------------------
@@ -202,12 +202,12 @@ class Daemon:
 
     def _cluster_ready(self, site: str, cluster: str) -> bool:
         until, _ = self._cluster_backoff.get((site, cluster), (0.0, 0))
-        return self.clock() >= until
+        return self.clock.time() >= until
 
     def _cluster_failed(self, site: str, cluster: str, exc: Exception, report: CycleReport) -> None:
         _, fails = self._cluster_backoff.get((site, cluster), (0.0, 0))
         delay = min(self.min_interval * 2 ** fails, 300.0)
-        self._cluster_backoff[(site, cluster)] = (self.clock() + delay, fails + 1)
+        self._cluster_backoff[(site, cluster)] = (self.clock.time() + delay, fails + 1)
         report.errors.append("cluster %s of site %s: %s (retrying in %.0fs)" % (cluster, site, exc, delay))
 
     def _cluster_ok(self, site: str, cluster: str) -> None:
@@ -226,7 +226,7 @@ class Daemon:
                 continue
             self._cluster_ok(site, cluster)
             report.polled[cluster] = len(items)
-            now = self.clock()
+            now = self.clock.time()
             progressed: List[Tuple[int, str, float]] = []
             for tracked, attempt in items:
                 job = found.get(attempt.job_id)
@@ -274,7 +274,7 @@ class Daemon:
             return
         from slurmkit import checkpoint
 
-        now = self.clock()
+        now = self.clock.time()
         marker = self.progress(tracked.checkpoint_dir)
         since = attempt.progress_since
         if since is None or marker != attempt.progress:
@@ -339,7 +339,7 @@ class Daemon:
                 planned = self.journal.decide_and_plan(
                     attempt.id, cause=decision.cause, decision=decision.reason, exclude=decision.exclude,
                     next_number=attempt.number + 1, token=token, cluster=attempt.cluster, resume_from=resume,
-                    resume_step=latest_step, not_before=self.clock() + decision.delay_s)
+                    resume_step=latest_step, not_before=self.clock.time() + decision.delay_s)
                 self._planned.add(planned)
                 report.changed = True
             else:
@@ -382,7 +382,7 @@ class Daemon:
         return codes
 
     def _submit(self, active: List[Tracked], report: CycleReport) -> None:
-        now = self.clock()
+        now = self.clock.time()
         waiting = [t.current.not_before for t in active
                    if t.current is not None and t.current.phase == "intent" and t.current.not_before > now]
         report.next_due = min(waiting) if waiting else None

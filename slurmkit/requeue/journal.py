@@ -167,7 +167,7 @@ _JSON_COLUMNS = {"spec", "shared_clusters", "budget", "excluded"}
 class Journal:
     """The SQLite journal; every public method is one transaction."""
 
-    def __init__(self, path: Optional[str] = None, clock=time.time):
+    def __init__(self, path: Optional[str] = None, clock=time):
         self.path = path or default_path()
         self.clock = clock
         self.db = open_db(self.path, _SCHEMA, synchronous="FULL")   # a committed step survives power loss too
@@ -202,7 +202,7 @@ class Journal:
 
     def track(self, *, name: str, site: str, cluster: str, partition: Optional[str], spec: dict,
               checkpoint_dir: str, shared_clusters=(), budget: Optional[dict] = None) -> int:
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO tracked (name, site, cluster, partition, spec, checkpoint_dir, shared_clusters, budget,"
@@ -215,7 +215,7 @@ class Journal:
                       resume_from: Optional[str] = None, resume_step: Optional[int] = None,
                       not_before: float = 0.0) -> int:
         """Write the intent to submit attempt ``number`` (before sbatch runs)."""
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO attempts (tracked_id, number, token, cluster, phase, resume_from, resume_step, "
@@ -227,14 +227,14 @@ class Journal:
     def submitted(self, attempt_id: int, job_id: str, cluster: Optional[str] = None) -> None:
         with self._tx() as db:
             db.execute("UPDATE attempts SET job_id=?, phase='submitted', cluster=COALESCE(?, cluster), updated=? "
-                       "WHERE id=? AND phase='intent'", (str(job_id), cluster, self.clock(), attempt_id))
+                       "WHERE id=? AND phase='intent'", (str(job_id), cluster, self.clock.time(), attempt_id))
 
     def observed(self, attempt_id: int, *, state: str, nodes: str = "", started_at=None) -> None:
         """A live attempt's current state (running, its nodes): shown by ``slurmkit jobs``."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET state=?, nodes=CASE WHEN ?='' THEN nodes ELSE ? END, "
                        "started_at=COALESCE(?, started_at), updated=? WHERE id=? AND phase='submitted'",
-                       (state, nodes, nodes, started_at, self.clock(), attempt_id))
+                       (state, nodes, nodes, started_at, self.clock.time(), attempt_id))
 
     def progressed(self, changes) -> None:
         """Running attempts whose progress marker changed: (attempt id, marker, seen at), in one transaction."""
@@ -248,7 +248,7 @@ class Journal:
         """Mark a live attempt as ended by the daemon (``why``: policy.HUNG_MARK ...), before its scancel."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET ended_by=?, updated=? WHERE id=? AND phase='submitted' AND ended_by=''",
-                       (why, self.clock(), attempt_id))
+                       (why, self.clock.time(), attempt_id))
 
     def finished(self, attempt_id: int, *, state: str, exit_code=None, signal=None, nodes: str = "",
                  reason: str = "", started_at=None, ended_at=None) -> None:
@@ -257,12 +257,12 @@ class Journal:
                 "UPDATE attempts SET phase='finished', state=?, exit_code=?, signal=?, "
                 "nodes=CASE WHEN ?='' THEN nodes ELSE ? END, reason=?, started_at=COALESCE(?, started_at), "
                 "ended_at=?, updated=? WHERE id=? AND phase='submitted'",
-                (state, exit_code, signal, nodes, nodes, reason, started_at, ended_at, self.clock(), attempt_id))
+                (state, exit_code, signal, nodes, nodes, reason, started_at, ended_at, self.clock.time(), attempt_id))
 
     def decided(self, attempt_id: int, *, cause: str, decision: str, stop_state: Optional[str] = None,
                 exclude=()) -> None:
         """Record the policy's decision; ``stop_state`` ends tracking (completed or stopped)."""
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             row = db.execute("SELECT tracked_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
             db.execute("UPDATE attempts SET phase='decided', cause=?, decision=?, updated=? WHERE id=?",
@@ -285,7 +285,7 @@ class Journal:
 
         A crash can therefore never leave a decided restart without its intent.
         """
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             row = db.execute("SELECT tracked_id FROM attempts WHERE id=? AND phase='finished'",
                              (attempt_id,)).fetchone()
@@ -306,12 +306,12 @@ class Journal:
     def stop(self, tracked_id: int, reason: str, state: str = "stopped") -> None:
         with self._tx() as db:
             db.execute("UPDATE tracked SET state=?, reason=?, updated=? WHERE id=?",
-                       (state, reason, self.clock(), tracked_id))
+                       (state, reason, self.clock.time(), tracked_id))
 
     def event(self, tracked_id: int, message: str) -> None:
         with self._tx() as db:
             db.execute("INSERT INTO events (tracked_id, at, message) VALUES (?,?,?)",
-                       (tracked_id, self.clock(), message))
+                       (tracked_id, self.clock.time(), message))
 
     def track_submitted(self, jobs: List[dict]) -> List[int]:
         """Register jobs whose first attempt Slurm already has (a sweep's array tasks), in one transaction.
@@ -320,7 +320,7 @@ class Journal:
         ``job_id`` (and the attempt's cluster is the job's).  One transaction
         for all: a sweep registers thousands of tasks at once.
         """
-        now = self.clock()
+        now = self.clock.time()
         ids = []
         with self._tx() as db:
             for job in jobs:
@@ -339,7 +339,7 @@ class Journal:
 
     def stop_many(self, tracked_ids, reason: str) -> None:
         """End tracking of these jobs (those still active), in one transaction."""
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             db.executemany("UPDATE tracked SET state='stopped', reason=?, updated=? WHERE id=? AND state='active'",
                            [(reason, now, int(i)) for i in tracked_ids])

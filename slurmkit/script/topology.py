@@ -116,7 +116,7 @@ def leaves_of(layout: ClusterLayout, nodelist: str) -> List[str]:
 class TopologyCache:
     """On-disk cache of a cluster's layout, keyed by where the cluster is reached."""
 
-    def __init__(self, directory: Optional[Path] = None, ttl: float = DEFAULT_TTL, clock=time.time):
+    def __init__(self, directory: Optional[Path] = None, ttl: float = DEFAULT_TTL, clock=time):
         if directory is None:
             from slurmkit.cache import cache_root, private_dir
 
@@ -134,7 +134,7 @@ class TopologyCache:
         path = self._path(key)
         try:
             data = json.loads(path.read_text())
-            if self.clock() - data["stored_at"] < self.ttl:
+            if self.clock.time() - data["stored_at"] < self.ttl:
                 return ClusterLayout.from_dict(data["layout"])
         except (OSError, ValueError, KeyError, TypeError):
             pass  # missing or corrupt: reload
@@ -149,7 +149,7 @@ class TopologyCache:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError:
             return  # a read-only home must not break submission
-        write_private(str(self._path(key)), json.dumps({"stored_at": self.clock(), "layout": layout.to_dict()}))
+        write_private(str(self._path(key)), json.dumps({"stored_at": self.clock.time(), "layout": layout.to_dict()}))
 
 
 def load_layout(backend, nodes: Optional[Sequence[NodeInfo]] = None) -> ClusterLayout:

@@ -84,7 +84,7 @@ class SweepDaemon(Daemon):
                     report.errors.append("sweep %s: cluster %s: %s" % (sweep.id, cluster, why))
                 points = {p.point_id: p for p in status.points}
                 arrays = {a.id: a for a in status.arrays}
-                now = self.clock()
+                now = self.clock.time()
                 for t in group:
                     p = points.get(point_of(t)[1])
                     array = arrays.get(p.array_id) if p is not None else None

@@ -176,7 +176,7 @@ class StateUpdate(NamedTuple):
 class Journal:
     """The SQLite sweep journal; every public method is one transaction."""
 
-    def __init__(self, path: Optional[str] = None, clock=time.time):
+    def __init__(self, path: Optional[str] = None, clock=time):
         self.path = path or default_path()
         self.clock = clock
         self.db = open_db(self.path, _SCHEMA, synchronous="NORMAL")   # with WAL: survives a crash of the process
@@ -214,7 +214,7 @@ class Journal:
     def save_sweep(self, *, sweep_id: str, name: str, site: str, sweep_dir: str, params: Sequence[str],
                    command: Sequence[str], spec: dict, max_running: Optional[int], canary: Optional[int]) -> None:
         """Create the sweep, or record the options of a new submission of it (parameters merge)."""
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             row = db.execute("SELECT params FROM sweeps WHERE id=?", (sweep_id,)).fetchone()
             if row is None:
@@ -261,7 +261,7 @@ class Journal:
 
     def add_points(self, sweep_id: str, points) -> int:
         """Add the points not in the sweep yet (``slurmkit.sweep.points.Point``); returns how many were new."""
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             start = db.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM points WHERE sweep_id=?",
                                (sweep_id,)).fetchone()[0]
@@ -283,7 +283,7 @@ class Journal:
     def record_states(self, sweep_id: str, updates: Sequence[StateUpdate]) -> None:
         if not updates:
             return
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             db.executemany(
                 "UPDATE points SET state=?, exit_code=?, signal=?, reason=?, nodes=?, "
@@ -300,7 +300,7 @@ class Journal:
         or ``table_of`` names the array whose table it runs again."""
         if (table_of is None) == (not rows):
             raise ValueError("an array has either its own rows or the table of another array")
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO arrays (sweep_id, cluster, partition, token, phase, indices, throttle, table_of, "
@@ -316,7 +316,7 @@ class Journal:
         """The array exists in Slurm as ``job_id``: its points now run there (pending)."""
         from slurmkit.slurm.parsers import parse_array_indices
 
-        now = self.clock()
+        now = self.clock.time()
         with self._tx() as db:
             row = db.execute("SELECT sweep_id, indices, table_of FROM arrays WHERE id=?", (array_id,)).fetchone()
             sweep_id, indices, table_of = row
@@ -333,11 +333,11 @@ class Journal:
 
     def refused(self, array_id: int, note: str) -> None:
         with self._tx() as db:
-            db.execute("UPDATE arrays SET phase='refused', note=?, updated=? WHERE id=?", (note, self.clock(), array_id))
+            db.execute("UPDATE arrays SET phase='refused', note=?, updated=? WHERE id=?", (note, self.clock.time(), array_id))
 
     def set_throttle(self, array_id: int, throttle: Optional[int]) -> None:
         with self._tx() as db:
-            db.execute("UPDATE arrays SET throttle=?, updated=? WHERE id=?", (throttle, self.clock(), array_id))
+            db.execute("UPDATE arrays SET throttle=?, updated=? WHERE id=?", (throttle, self.clock.time(), array_id))
 
     def arrays(self, sweep_id: str) -> List[ArrayRecord]:
         return [ArrayRecord(*r) for r in self.db.execute("SELECT * FROM arrays WHERE sweep_id=? ORDER BY id",
@@ -351,7 +351,7 @@ class Journal:
 
     def event(self, sweep_id: str, message: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO events (sweep_id, at, message) VALUES (?,?,?)", (sweep_id, self.clock(), message))
+            db.execute("INSERT INTO events (sweep_id, at, message) VALUES (?,?,?)", (sweep_id, self.clock.time(), message))
 
     def events(self, sweep_id: str) -> List[Tuple[float, str]]:
         return [(at, m) for at, m in self.db.execute("SELECT at, message FROM events WHERE sweep_id=? ORDER BY id",

@@ -76,27 +76,27 @@ def test_ranking_start_then_price_then_site_order():
 
 
 def test_cooldown_after_repeated_failures(tmp_path):
-    now = [1000.0]
-    cd = Cooldown(tmp_path / "cd.json", clock=lambda: now[0], threshold=2, base=60, cap=200)
+    clock = FakeClock()
+    cd = Cooldown(tmp_path / "cd.json", clock=clock, threshold=2, base=60, cap=200)
     cd.failure("alpha", "Connection refused")
     assert cd.check("alpha") is None                   # one failure is not a pattern
     cd.failure("alpha", "Connection refused")
     assert "after 2 failures in a row (last: Connection refused)" in cd.check("alpha")
-    now[0] += 61
+    clock.advance(61)
     assert cd.check("alpha") is None                   # cooled down: try again
     cd.failure("alpha", "timeout")
-    now[0] += 100
+    clock.advance(100)
     assert cd.check("alpha") is not None               # the 3rd failure doubles the pause (120 s)
     for _ in range(5):
         cd.failure("alpha", "x")
-    now[0] += 201
+    clock.advance(201)
     assert cd.check("alpha") is None                   # capped at 200 s
     cd.failure("alpha", "x")
     cd.success("alpha")
     assert cd.check("alpha") is None                   # a success clears it
-    other = Cooldown(tmp_path / "cd.json", clock=lambda: now[0], threshold=1)
+    other = Cooldown(tmp_path / "cd.json", clock=clock, threshold=1)
     other.failure("beta", "down")
-    assert Cooldown(tmp_path / "cd.json", clock=lambda: now[0]).check("beta") is not None  # shared on disk
+    assert Cooldown(tmp_path / "cd.json", clock=clock).check("beta") is not None  # shared on disk
 
 
 def test_cooldown_is_off_when_the_state_dir_is_not_private(tmp_path, monkeypatch):
@@ -136,7 +136,7 @@ def lost():
 def test_a_lost_answer_is_retried_on_the_same_cluster_only(tmp_path, submit_once):
     (fakes, session, cooldown, clock) = _federation(tmp_path, submit_once)
     fakes["alpha"].fail_next("submit", lost())            # sbatch ran; its answer never came back
-    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, clock=clock)
     assert placement.submission.ref == planner.JobRef("alpha", "1000")
     assert placement.failovers == ()
     assert list(fakes["alpha"].table) == ["1000"]          # one job, not two
@@ -155,7 +155,7 @@ def test_answers_lost_every_time_stop_without_failing_over(tmp_path):
     for _ in range(planner.SUBMIT_ATTEMPTS):
         fakes["alpha"].fail_next("submit", lost())
     with pytest.raises(SlurmkitError) as caught:
-        planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+        planner.submit_best(session, FED_SPEC, cooldown=cooldown, clock=clock)
     error = caught.value
     assert error.may_have_run
     token = fakes["alpha"].table["1000"].comment.split(":", 1)[1]
@@ -172,7 +172,7 @@ def test_with_the_callers_token_a_lost_answer_is_found_by_the_next_look(tmp_path
     # so after a lost answer the job sbatch did create is reported, not submitted again.
     fakes, session, cooldown, clock = _federation(tmp_path, submit_once)
     fakes["alpha"].fail_next("submit", lost())
-    placement = planner.submit_best(session, FED_SPEC._replace(token="t-2"), cooldown=cooldown, sleep=clock.sleep)
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-2"), cooldown=cooldown, clock=clock)
     assert placement.submission.ref == planner.JobRef("alpha", "1000") and placement.submission.existed
     # A look on every cluster first, then the plan, then the look-and-submit of the chosen one.
     assert fakes["alpha"].methods_called() == ["find_by_token", "estimate_start", "find_by_token", "submit",
@@ -184,7 +184,7 @@ def test_a_rerun_with_the_callers_token_finds_its_job_on_another_cluster(tmp_pat
     # Yesterday the job went to beta; today alpha would start it first. The token is looked for everywhere.
     fakes, session, cooldown, clock = _federation(tmp_path)
     earlier = fakes["beta"].add_job(state="RUNNING", comment="slurmkit:t-3")
-    placement = planner.submit_best(session, FED_SPEC._replace(token="t-3"), cooldown=cooldown, sleep=clock.sleep)
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-3"), cooldown=cooldown, clock=clock)
     assert placement.submission.ref == planner.JobRef("beta", earlier) and placement.submission.existed
     assert "submit" not in fakes["alpha"].methods_called() + fakes["beta"].methods_called()
     assert "estimate_start" not in fakes["alpha"].methods_called()      # nothing planned: nothing to place
@@ -194,7 +194,7 @@ def test_a_rerun_with_the_callers_token_finds_its_job_on_another_cluster(tmp_pat
 def test_a_cluster_that_cannot_be_asked_for_the_token_does_not_stop_the_submission(tmp_path):
     fakes, session, cooldown, clock = _federation(tmp_path)
     fakes["beta"].fail_next("find_by_token", RemoteError("beta: Connection refused"))
-    placement = planner.submit_best(session, FED_SPEC._replace(token="t-4"), cooldown=cooldown, sleep=clock.sleep)
+    placement = planner.submit_best(session, FED_SPEC._replace(token="t-4"), cooldown=cooldown, clock=clock)
     assert placement.submission is not None and not placement.submission.existed
     assert sum(len(f.table) for f in fakes.values()) == 1
 
@@ -202,7 +202,7 @@ def test_a_cluster_that_cannot_be_asked_for_the_token_does_not_stop_the_submissi
 def test_an_error_that_proves_nothing_ran_fails_over(tmp_path):
     fakes, session, cooldown, clock = _federation(tmp_path)
     fakes["alpha"].fail_next("submit", RemoteError("cannot reach login node of alpha: Connection refused"))
-    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+    placement = planner.submit_best(session, FED_SPEC, cooldown=cooldown, clock=clock)
     assert placement.submission.ref.cluster == "beta"
     assert placement.failovers == (("alpha", "cannot reach login node of alpha: Connection refused"),)
     assert fakes["alpha"].table == {} and list(fakes["beta"].table) == ["1000"]
@@ -217,7 +217,7 @@ def test_no_cluster_taking_the_job_is_one_error_naming_each(tmp_path):
                          stderr="sbatch: error: Batch job submission failed: "
                                 "Invalid account or account/partition combination\n")
     with pytest.raises(GroupError) as caught:
-        planner.submit_best(session, FED_SPEC, cooldown=cooldown, sleep=clock.sleep)
+        planner.submit_best(session, FED_SPEC, cooldown=cooldown, clock=clock)
     assert str(caught.value) == ("no cluster took the job: alpha: alpha: Connection refused; beta: sbatch failed on "
                                  "cluster beta: Batch job submission failed: Invalid account or account/partition "
                                  "combination")

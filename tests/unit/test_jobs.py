@@ -81,7 +81,7 @@ def test_wait_follows_the_job_with_backoff_and_one_rpc_per_poll(session, alpha):
     clock.call_at(clock.monotonic() + 3, lambda: alpha.set_state(job, "RUNNING"))
     clock.call_at(clock.monotonic() + 40, lambda: alpha.finish(job, "COMPLETED"))
     seen = []
-    final = jobs.wait(session, jobs.JobRef("alpha", job), clock=clock.monotonic, sleep=clock.sleep,
+    final = jobs.wait(session, jobs.JobRef("alpha", job), clock=clock,
                       on_change=lambda j: seen.append(j.state))
     assert final.state == "COMPLETED" and final.nodelist == "an1"
     assert seen == ["PENDING", "RUNNING", "COMPLETED"]
@@ -94,7 +94,7 @@ def test_wait_timeout_is_not_a_connection_error(session, alpha):
     clock = FakeClock()
     job = alpha.add_job("RUNNING")
     with pytest.raises(WaitTimeoutError) as caught:
-        jobs.wait(session, jobs.JobRef("alpha", job), timeout=30, clock=clock.monotonic, sleep=clock.sleep)
+        jobs.wait(session, jobs.JobRef("alpha", job), timeout=30, clock=clock)
     error = caught.value
     assert not isinstance(error, ConnectTimeoutError) and error.exit_code == 1 and not error.may_have_run
     assert error.job.state == "RUNNING" and error.job.job_id == job
@@ -111,14 +111,14 @@ def test_wait_finds_a_job_that_ended_and_was_forgotten_during_a_pause(session, a
         alpha.forget(job)                                         # only sacct still knows it
 
     clock.call_at(clock.monotonic() + 2, ended_long_ago)
-    final = jobs.wait(session, jobs.JobRef("alpha", job), clock=clock.monotonic, sleep=clock.sleep)
+    final = jobs.wait(session, jobs.JobRef("alpha", job), clock=clock)
     assert (final.state, final.nodelist) == ("FAILED", "an1")
     assert alpha.commands[-1][0] == "sacct"
 
 
 def test_wait_for_an_unknown_job(session):
     with pytest.raises(SlurmkitError, match="job beta:42 is not known to cluster beta"):
-        jobs.wait(session, jobs.JobRef("beta", "42"), clock=FakeClock().monotonic, sleep=FakeClock().sleep)
+        jobs.wait(session, jobs.JobRef("beta", "42"), clock=FakeClock())
 
 
 # ------------------------------------------------------------------ status and lookup

@@ -209,8 +209,13 @@ def session_with(backends, site=None):
 def test_probe_cluster_measures_and_says_how_it_got_there(monkeypatch):
     monkeypatch.setenv("SLURMKIT_VIA", "ssh")
     beta = answering("beta", "beta-22.05.json")
-    ticks = iter([10.0, 10.25])
-    status = survey.probe_cluster(session_with({"beta": beta}), "beta", clock=lambda: next(ticks))
+    class Ticks:
+        """A clock the probe reads twice: before the round trip and after it."""
+        times = iter([10.0, 10.25])
+
+        def monotonic(self):
+            return next(self.times)
+    status = survey.probe_cluster(session_with({"beta": beta}), "beta", clock=Ticks())
     assert status.reachable and status.nodes_total == 3
     assert status.rtt_ms == 250.0
     assert status.via == "ssh root@127.0.1.2:2222"                # beta is the first cluster of this site

@@ -17,6 +17,7 @@ from slurmkit.site import load_site
 from slurmkit.site.model import Fabric, Partition, RoceSettings
 from slurmkit.slurm.types import Switch, Topology
 from slurmkit.script.topology import ClusterLayout
+from slurmkit.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -481,7 +482,7 @@ def test_layout_cache_entries_without_the_cap_are_reloaded(tmp_path):
     old = layout.to_dict()
     del old["max_switch_wait"]
     (tmp_path / "k.json").write_text(json.dumps({"stored_at": 0, "layout": old}))
-    cache = topology.TopologyCache(tmp_path, clock=lambda: 1)
+    cache = topology.TopologyCache(tmp_path, clock=FakeClock(epoch=1))
     assert cache.get("k", lambda: layout).max_switch_wait == 120
 
 

@@ -22,12 +22,12 @@ class World:
         self.alpha = FakeSlurm("alpha", nodes=["an1", "an2", "an3", "an4"], clock=self.clock, accounting=True)
         self.beta = FakeSlurm("beta", nodes=["bn1", "bn2"], clock=self.clock)
         self.session = fake_session(alpha=self.alpha, beta=self.beta)
-        self.journal = Journal(str(tmp_path / "requeue.db"), clock=self.clock.time)
+        self.journal = Journal(str(tmp_path / "requeue.db"), clock=self.clock)
         self.ckpt = tmp_path / "ckpt"
         self.ckpt.mkdir()
         self.submitted = []
         self.daemon = Daemon(self.journal, sessions=lambda site: self.session, submit_attempt=self.submit,
-                             clock=self.clock.time, sleep=self.clock.sleep)
+                             clock=self.clock)
 
     def submit(self, tracked, attempt, cluster):
         backend = self.session.backend(cluster)
@@ -165,7 +165,7 @@ def test_an_intent_whose_sbatch_ran_before_a_crash_is_not_submitted_again(world)
     assert intent.phase == "intent" and intent.number == 2
     orphan = world.alpha.submit(SCRIPT % intent.token)          # the sbatch that happened
     fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
-                   clock=world.clock.time, sleep=world.clock.sleep)
+                   clock=world.clock)
     fresh.cycle()
     assert world.submitted == [] and world.job(tid).current.job_id == orphan
 
@@ -191,7 +191,7 @@ def test_an_intent_whose_job_ran_and_was_forgotten_while_no_daemon_was_up_is_fou
     world.clock.advance(7200)
     world.alpha.forget(orphan)
     fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
-                   clock=world.clock.time, sleep=world.clock.sleep)
+                   clock=world.clock)
     before = len(world.alpha.commands)
     fresh.cycle()
     assert world.submitted == [] and world.job(tid).current.job_id == orphan
@@ -514,7 +514,7 @@ def test_a_new_daemon_each_cycle_as_crons_daemon_once_still_finds_the_hang(world
 
     def once():
         Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
-               clock=world.clock.time, sleep=world.clock.sleep).cycle()
+               clock=world.clock).cycle()
     for _ in range(3):                       # one process per minute, nothing moves after the first
         once()
         world.clock.advance(60)

@@ -11,11 +11,12 @@ import pytest
 from slurmkit.errors import SlurmkitError
 from slurmkit.requeue import journal as journal_module
 from slurmkit.requeue.journal import Journal
+from slurmkit.testing import FakeClock
 
 
 @pytest.fixture
 def journal(tmp_path):
-    j = Journal(str(tmp_path / "requeue.db"), clock=lambda: 1000.0)
+    j = Journal(str(tmp_path / "requeue.db"), clock=FakeClock(epoch=1000.0))
     yield j
     j.close()
 

@@ -34,9 +34,9 @@ class World:
         self.session = fake_session(alpha=self.alpha)
         self.sweeps = Journal(str(tmp_path / "state" / "sweeps.db"))
         self.plain = []
-        self.daemon = SweepDaemon(RequeueJournal(str(tmp_path / "state" / "requeue.db"), clock=self.clock.time),
+        self.daemon = SweepDaemon(RequeueJournal(str(tmp_path / "state" / "requeue.db"), clock=self.clock),
                                   sessions=lambda site: self.session, submit_attempt=self._plain,
-                                  clock=self.clock.time, sleep=self.clock.sleep)
+                                  clock=self.clock)
 
     def _plain(self, tracked, attempt, cluster):
         self.plain.append(tracked.id)

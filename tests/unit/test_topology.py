@@ -7,6 +7,7 @@ import pytest
 from slurmkit.script import topology
 from slurmkit.errors import JobDoesNotFitError
 from slurmkit.slurm.types import NodeInfo, Switch, Topology
+from slurmkit.testing import FakeClock
 
 TREE = Topology((Switch("leaf1", 0, "an[1-2]", ""), Switch("leaf2", 0, "an[3-4]", ""),
                  Switch("spine", 1, "an[1-4]", "leaf[1-2]")))
@@ -41,8 +42,8 @@ def test_leaves_of():
 
 
 def test_cache_loads_once_then_reuses_until_stale(tmp_path):
-    now = [1000.0]
-    cache = topology.TopologyCache(tmp_path, ttl=60, clock=lambda: now[0])
+    clock = FakeClock()
+    cache = topology.TopologyCache(tmp_path, ttl=60, clock=clock)
     calls = []
 
     def load():
@@ -52,7 +53,7 @@ def test_cache_loads_once_then_reuses_until_stale(tmp_path):
     assert cache.get("alpha", load) == LAYOUT
     assert cache.get("alpha", load) == LAYOUT
     assert len(calls) == 1
-    now[0] += 61
+    clock.advance(61)
     cache.get("alpha", load)
     assert len(calls) == 2
 
