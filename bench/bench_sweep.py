@@ -325,7 +325,7 @@ def main():
     print("  hand-written --array:     %7.3f s, %d submission(s)" % (hand["wall_s"], hand["submissions"]))
     print("  slurmkit submit --sweep:  %7.3f s, %d submission(s) for %d array(s) (target: one per array); "
           "%.1fx the hand-written sbatch" % (mine["wall_s"], mine["submissions"], mine["arrays"],
-                                              result["submit_ratio"]))
+                                             result["submit_ratio"]))
     if "submitit_median_s" in turns:
         print("  submit only, %d turns each: slurmkit %s s, submitit map_array %s s (median %.3f s, %d "
               "submission(s))" % (SUBMIT_REPEAT, " ".join("%.3f" % w for w in turns["slurmkit_walls_s"]),

@@ -94,10 +94,10 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
             "explain": "", "dry_run": ": render one task's job with 'slurmkit render'"}.get(given[0], "")))
 
     request = submission.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
-                                points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
-                                cluster=cluster, partition=partition, sweep_dir=sweep_kwargs.get("sweep_dir"),
-                                max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"),
-                                auto_requeue=requeue)
+                                      points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
+                                      cluster=cluster, partition=partition, sweep_dir=sweep_kwargs.get("sweep_dir"),
+                                      max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"),
+                                      auto_requeue=requeue)
     report = submission.submit(session, request)
     warn(report.warnings)
     if as_json:
@@ -270,8 +270,8 @@ def sweep_status(session, journal, record, failed, output, as_json):
     live = [a for a in status.arrays if a.phase == "submitted"]
     if live:
         click.echo("  arrays: " + ", ".join("%s:%s (%s%s)" % (a.cluster, a.job_id, a.indices,
-                                                               "%%%d" % a.throttle if a.throttle else "")
-                                           for a in live[-12:]) + (" ..." if len(live) > 12 else ""))
+                                                              "%%%d" % a.throttle if a.throttle else "")
+                                            for a in live[-12:]) + (" ..." if len(live) > 12 else ""))
     for ref, verdict in verdicts.items():
         click.echo("  canary held %s: %s" % (ref, verdict))
     if bad:
@@ -315,7 +315,7 @@ def sweep_rerun(session, journal, record, failed, point_ids, as_json):
         return
     for array in report.arrays:
         click.echo("%s %s: %d task(s), array %s" % ("requeued" if array.kind == "requeue" else "resubmitted",
-                                                   array.ref, array.tasks, array.indices))
+                                                    array.ref, array.tasks, array.indices))
     for ref in report.released:
         click.echo("released %s" % ref)
     if not report.arrays and not report.released:

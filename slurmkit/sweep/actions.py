@@ -23,7 +23,7 @@ from slurmkit.sweep import points as pts
 from slurmkit.sweep.journal import Journal, PointRecord, SweepRecord
 from slurmkit.sweep.state import FAILED_STATES, UNKNOWN, SweepStatus, is_live, refresh
 from slurmkit.sweep.submission import (ArraySubmission, Submitter, auto_requeue_of, check_job_records, place,
-                                      requeue_tasks, resubmit_sparse, spec_from, submit_new)
+                                       requeue_tasks, resubmit_sparse, spec_from, submit_new)
 
 
 class RerunReport(NamedTuple):
@@ -91,8 +91,8 @@ def _rerun_locked(session, journal, sweep, failed, point_ids) -> RerunReport:
     used = pts.check_command(spec.command, sweep.params)
     track = auto_requeue_of(sweep)
     submitter = Submitter(session, journal, sweep, spec, used, sweep.params, track=track)
-    requeued = requeue_tasks(session, journal, sweep, [p for p in todo if p.point_id in status.in_queue and track is None],
-                        warnings)
+    in_queue = [p for p in todo if p.point_id in status.in_queue and track is None]
+    requeued = requeue_tasks(session, journal, sweep, in_queue, warnings)
     rest = [p for p in todo if p.point_id not in requeued.point_ids]
     resubmit_sparse(journal, sweep, submitter, rest, {}, sweep.max_running)
     released = _release_held(session, journal, sweep, status)

@@ -74,7 +74,7 @@ class SweepDaemon(Daemon):
                     session = self.sessions(site)
                     with journal.locked(sweep.id, wait=0):
                         status = state.refresh(session, journal, sweep, reconcile=True,
-                                              answered=answered.get(site, {}))
+                                               answered=answered.get(site, {}))
                 except SweepBusy:
                     continue       # a user's command is working on the sweep: next cycle
                 except SlurmkitError as exc:
@@ -113,7 +113,7 @@ class SweepDaemon(Daemon):
                         report.changed = True
                     else:
                         if state.is_live(p.state) and (p.state != attempt.state or p.nodes != attempt.nodes
-                                                      or (started is not None and attempt.started_at is None)):
+                                                       or (started is not None and attempt.started_at is None)):
                             self.journal.observed(attempt.id, state=p.state, nodes=p.nodes, started_at=started)
                             report.changed = True
                         if p.state == "RUNNING":
@@ -139,7 +139,7 @@ class SweepDaemon(Daemon):
             for cluster, keys in asked.items():
                 wanted.setdefault((site, cluster), set()).update(keys)
                 accounting[(site, cluster)] = accounting.get((site, cluster), False) or has_accounting.get(cluster,
-                                                                                                          False)
+                                                                                                           False)
         answered = {}
         for (site, cluster), keys in wanted.items():
             try:
@@ -159,7 +159,7 @@ class SweepDaemon(Daemon):
         journal = Journal()
         try:
             return actions.restart_point(self.sessions(tracked.site), journal, where[0], where[1], tracked, attempt,
-                                      still_tracked=lambda: self.journal.job(tracked.id).state == "active")
+                                         still_tracked=lambda: self.journal.job(tracked.id).state == "active")
         finally:
             journal.close()
 

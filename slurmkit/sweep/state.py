@@ -163,7 +163,7 @@ def refresh(session, journal: Journal, sweep: SweepRecord, reconcile: bool = Fal
                 # the tasks that never started) has ended: it ended with it, without running.  Without
                 # this a cancelled pending task would wait for accounting (or, without, be UNKNOWN).
                 task = TaskInfo(key[0], key[1], key[0], unstarted[key[0]].state,
-                                        "ended with its array's pending tasks, before it started")
+                                "ended with its array's pending tasks, before it started")
             if key in queued:
                 in_queue.add(p.point_id)
             if task is not None:
@@ -200,10 +200,10 @@ def _recorded_ends(session, cluster: str, sweep: SweepRecord,
         reason = "" if fields[0] == "0" else "as the task recorded it (Slurm no longer knows the task)"
         if status_ > 128:
             out[pid] = TaskInfo(array_id, index, "", "FAILED", reason, None, status_ - 128,
-                                        restarts=int(fields[2]) if fields[2].isdigit() else 0)
+                                restarts=int(fields[2]) if fields[2].isdigit() else 0)
         else:
             out[pid] = TaskInfo(array_id, index, "", "COMPLETED" if status_ == 0 else "FAILED", reason,
-                                        status_, None, restarts=int(fields[2]) if fields[2].isdigit() else 0)
+                                status_, None, restarts=int(fields[2]) if fields[2].isdigit() else 0)
     return out
 
 

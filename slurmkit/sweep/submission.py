@@ -525,7 +525,7 @@ def _norm(path: str, local: bool) -> str:
 
 
 def submit_new(submitter: Submitter, placement: Placement, share: Sequence[pts.Point],
-                canary: Optional[int]) -> None:
+               canary: Optional[int]) -> None:
     """The new points of one cluster: arrays within its limits, indices from 0 in each."""
     facts = _facts(submitter.session, placement.cluster, submitter.facts)
     sizes = arr.chunks(len(share), facts.limits)
@@ -566,7 +566,7 @@ class Requeued(NamedTuple):
 
 
 def requeue_tasks(session, journal: Journal, sweep: SweepRecord, records: Sequence[PointRecord],
-             warnings: List[str]) -> Requeued:
+                  warnings: List[str]) -> Requeued:
     """``scontrol requeue A_I,...`` for ended tasks the controller still knows (one per cluster), then
     ``StartTime=now`` (Slurm would otherwise hold a requeued batch job back for two minutes)."""
     arrays = {a.id: a for a in journal.arrays(sweep.id)}
@@ -608,7 +608,7 @@ def requeue_tasks(session, journal: Journal, sweep: SweepRecord, records: Sequen
 
 
 def resubmit_sparse(journal: Journal, sweep: SweepRecord, submitter: Submitter, records: Sequence[PointRecord],
-                     by_id: Dict[str, pts.Point], max_running: Optional[int]) -> None:
+                    by_id: Dict[str, pts.Point], max_running: Optional[int]) -> None:
     """Points whose task records are gone: a sparse array of their old table, same indices, same cluster."""
     arrays = {a.id: a for a in journal.arrays(sweep.id)}
     groups: Dict[int, List[PointRecord]] = {}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import one_error_line, run_slurmkit
 from conftest import job_info, slurm, wait_job_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,15 +25,8 @@ CPU = ["-p", "cpu", "-T", "single", "-t", "2"]
 
 
 def slurmkit(*args, env=None, cwd=None, stdout=subprocess.PIPE, timeout=120):
-    return subprocess.run([sys.executable, "-m", "slurmkit", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, cwd=cwd, timeout=timeout,
-                          env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})))
-
-
-def one_error_line(stderr):
-    lines = stderr.strip("\n").split("\n")
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
-    return lines[0]
+    return run_slurmkit(args, env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})), cwd=cwd, stdout=stdout,
+                        timeout=timeout)
 
 
 def jobs_with_token(cluster, token):

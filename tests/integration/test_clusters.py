@@ -19,12 +19,12 @@ fails.
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit
 from conftest import port_open
 from conftest import slurm as _slurm
 
@@ -66,9 +66,7 @@ def slurmkit(home, *args, input=None, timeout=60):
     env.pop("SSH_AUTH_SOCK", None)
     env.pop("SLURMKIT_SITE", None)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slurmkit"] + [str(a) for a in args], cwd=str(REPO), env=env,
-                          input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=timeout)
+    proc = run_slurmkit(args, env=env, cwd=REPO, input=input, timeout=timeout)
     return proc, time.monotonic() - started
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit, wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "health-test admin"          # the reason this file's "admins" drain with (plus a token)
 
@@ -25,17 +27,6 @@ def node_state(cluster, node, devcluster):
     from slurmkit.slurm.parsers import parse_nodes
 
     return parse_nodes(out)[0]
-
-
-def wait_for(predicate, timeout, interval=0.5, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("%s not reached within %ss" % (what, timeout))
-        time.sleep(interval)
 
 
 def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False):
@@ -87,8 +78,7 @@ def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, rela
 
 def slurmkit(*args, tmp_path, timeout=180):
     env = {"SLURMKIT_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "slurmkit"] + [str(a) for a in args], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(REPO), env=env)
+    return run_slurmkit(args, env=env, cwd=REPO, timeout=timeout)
 
 
 def sweep(site, tmp_path, *args):
@@ -266,7 +256,7 @@ def gamma_health(devcluster):
             devcluster.slurm("gamma", "scontrol", "update", "NodeName=" + node, "State=RESUME")
     # slurmd resumes its own drain within two checks; make sure before leaving
     try:
-        wait_for(lambda: not node_state("gamma", "gn2", devcluster).reason.startswith("slurmkit:"), 30,
+        wait_until(lambda: not node_state("gamma", "gn2", devcluster).reason.startswith("slurmkit:"), 30,
                  what="gn2 resumed by its health check")
     finally:
         info = node_state("gamma", "gn2", devcluster)
@@ -283,18 +273,18 @@ def test_slurmd_runs_the_check_drains_its_node_and_resumes_it(devcluster, gamma_
     devcluster.slurm("gamma", "scontrol", "update", "NodeName=gn1", "State=DRAIN", "Reason=%s: cabling" % token)
     (scratch / "gn2").rmdir()
     expected = "slurmkit: mount:%s" % (scratch / "gn2")
-    info = wait_for(lambda: (lambda i: i if i.reason == expected else None)(node_state("gamma", "gn2", devcluster)),
+    info = wait_until(lambda: (lambda i: i if i.reason == expected else None)(node_state("gamma", "gn2", devcluster)),
                     40, what="gn2 drained by slurmd's health check")
     assert "DRAIN" in info.state and info.reason_user == "root"
     # The program writes its report as it ends, after the drain (and after the drain cap's wait for
     # the drain's second to be over), and each run starts the file afresh: read a finished run's.
     log = Path(devcluster["gamma"].raw["health_check"]["log_dir"]) / "last.gn2.log"
-    wait_for(lambda: "UNHEALTHY (mount:%s)" % (scratch / "gn2") in log.read_text(), 30, interval=0.2,
+    wait_until(lambda: "UNHEALTHY (mount:%s)" % (scratch / "gn2") in log.read_text(), 30, interval=0.2,
              what="the check's report in %s" % log)
     (scratch / "gn2").mkdir()
-    wait_for(lambda: "; clean 1/2" in node_state("gamma", "gn2", devcluster).reason, 30, interval=0.2,
+    wait_until(lambda: "; clean 1/2" in node_state("gamma", "gn2", devcluster).reason, 30, interval=0.2,
              what="one clean check counted")
-    wait_for(lambda: node_state("gamma", "gn2", devcluster).reason == "", 30, what="gn2 resumed")
+    wait_until(lambda: node_state("gamma", "gn2", devcluster).reason == "", 30, what="gn2 resumed")
     assert "DRAIN" not in node_state("gamma", "gn2", devcluster).state
     # gn1 passed every check all along, yet its admin drain is untouched
     info = node_state("gamma", "gn1", devcluster)
@@ -363,4 +353,4 @@ def test_a_failure_both_nodes_share_drains_one_of_them_under_a_cap_of_one(devclu
         stop.set()
         for node in ("gn1", "gn2"):
             (scratch / node).mkdir(exist_ok=True)
-        wait_for(lambda: drained() == [], 60, what="both nodes resumed by their checks")
+        wait_until(lambda: drained() == [], 60, what="both nodes resumed by their checks")

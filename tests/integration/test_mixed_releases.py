@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit
+
 REPO = Path(__file__).resolve().parents[2]
 MIXED = Path(os.environ.get("MIXED_STATE") or (REPO / ".devcluster" / "mixed"))
 SITE = MIXED / "site.yaml"
@@ -53,13 +55,7 @@ pytestmark = pytest.mark.skipif(DATA is None, reason="the mixed-release federati
 
 
 def slurmkit(*args, timeout=120, check=True):
-    proc = subprocess.run([sys.executable, "-m", "slurmkit", "--site", str(SITE)] + [str(a) for a in args],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout, cwd=str(REPO))
-    if check and proc.returncode != 0:
-        raise AssertionError("slurmkit %s -> %d\nstdout: %s\nstderr: %s"
-                             % (" ".join(map(str, args)), proc.returncode, proc.stdout, proc.stderr))
-    return proc
+    return run_slurmkit(["--site", SITE] + list(args), cwd=REPO, check=check, timeout=timeout)
 
 
 def devcluster(*args):

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit
 from conftest import TERMINAL_STATES, job_info, node_lock, slurm, torch_missing, wait_job_state
 from slurmkit import checkpoint
 
@@ -91,12 +92,7 @@ def user_env(home: Path, state: Path):
 
 
 def slurmkit(env, *args, check=True, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "slurmkit", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(map(str, args)), proc.returncode, proc.stdout,
-                                                           proc.stderr))
-    return proc
+    return run_slurmkit(args, env=env, check=check, timeout=timeout)
 
 
 def until(what, probe, timeout, interval=1.0):

@@ -6,12 +6,12 @@ result from Slurm itself (scontrol), not from slurmkit's own report.
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit
 from conftest import job_info, slurm, wait_job_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,11 +20,7 @@ LEAVES = {"leaf1": {"an1", "an2"}, "leaf2": {"an3", "an4"}}
 
 
 def slurmkit(*args, check=True, env=None):
-    proc = subprocess.run([sys.executable, "-m", "slurmkit", *args], capture_output=True, text=True,
-                          env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})), timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(args), proc.returncode, proc.stdout, proc.stderr))
-    return proc
+    return run_slurmkit(args, env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})), check=check)
 
 
 def submit(*args, **kw):

@@ -8,13 +8,13 @@ tiny (a Python one-liner), so a 200-point sweep over alpha and beta takes well u
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from harness import run_slurmkit
 from conftest import node_lock, slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,11 +37,7 @@ HOSTILE = ["it's", '"dq"', "$(touch {marker})", "`touch {marker}`", "a b  c", "*
 def slurmkit(tmp_path, *args, check=True, env=None, timeout=120):
     environment = dict(os.environ, SLURMKIT_SITE=SITE, SLURMKIT_STATE_DIR=str(tmp_path / "state"),
                        SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "slurmkit", *args], capture_output=True, text=True,
-                          env=environment, cwd=str(tmp_path), timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(args), proc.returncode, proc.stdout, proc.stderr))
-    return proc
+    return run_slurmkit(args, env=environment, cwd=tmp_path, check=check, timeout=timeout)
 
 
 def status(tmp_path, sweep_id, *extra, env=None):

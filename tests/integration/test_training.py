@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import run_slurmkit
 from conftest import TERMINAL_STATES, job_info, slurm, torch_missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,12 +58,7 @@ def _env(home):
 
 
 def slurmkit(env, *args, cwd=None, check=True, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "slurmkit", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError("slurmkit %s -> %d\n%s%s" % (" ".join(map(str, args)), proc.returncode, proc.stdout,
-                                                           proc.stderr))
-    return proc
+    return run_slurmkit(args, env=env, cwd=cwd, check=check, timeout=timeout)
 
 
 def _site_within_the_cap(tmp, ports):

@@ -30,22 +30,15 @@ from slurmkit.site.loader import MAX_VALUES, SITE_FILE_LIMIT
 from slurmkit.slurm.parsers import first_error_line
 from slurmkit.testing import FakeSlurm, fake_session
 
+from harness import one_error_line, run_main
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = str(ROOT / "site_configs" / "local.yaml")
 CORPUS = json.loads((Path(__file__).parent / "data" / "bad_input" / "corpus.json").read_text())
 
 
 def run(capsys, args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(err):
-    lines = err.strip("\n").split("\n")
-    assert len(lines) == 1 and lines[0].startswith("Error: "), err
-    assert "Traceback" not in err
-    return lines[0]
+    return run_main(capsys, *args)
 
 
 # --------------------------------------------------------------------- the corpus

@@ -6,8 +6,9 @@ import json
 import click
 import pytest
 
-from slurmkit.cli import main
 from slurmkit.cli.commands import cli
+
+from harness import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 IB = str(ROOT / "site_configs" / "example-infiniband.yaml")
@@ -22,12 +23,6 @@ def _all_commands(group, prefix=()):
             yield from _all_commands(command, prefix + (name,))
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_every_command_has_help_text(capsys):
     commands = list(_all_commands(cli))
     assert {"submit", "render", "status", "cancel", "wait", "templates", "topology", "clusters"} <= \
@@ -35,7 +30,7 @@ def test_every_command_has_help_text(capsys):
     assert {("site", "validate"), ("site", "show"), ("site", "trust")} <= {p for p, _ in commands}
     for path, command in commands:
         assert command.help and command.help.strip(), "command %s has no help text" % " ".join(path)
-        code, out, _ = run(capsys, *path, "--help")
+        code, out, _ = run_main(capsys, *path, "--help")
         assert code == 0 and "Usage: slurmkit " + " ".join(path) in out
         # Every command shows how it is used: an example with the real command line.
         assert "Example" in out and ("slurmkit " + " ".join(path)) in out.split("Example", 1)[1], \
@@ -46,7 +41,7 @@ def test_every_command_has_help_text(capsys):
 
 
 def test_render_prints_the_script(capsys):
-    code, out, err = run(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
+    code, out, err = run_main(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
                          "--token", "tok", "--", "python", "train.py")
     assert code == 0 and err == ""
     assert out.startswith("#!/bin/bash\n") and "#SBATCH --switches=1@00:30:00" in out
@@ -78,7 +73,7 @@ def _one_error_line(err):
 ])
 def test_bad_input_gives_one_error_line(capsys, monkeypatch, tmp_path, args, code, needle):
     monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path))  # no cached topology of a real cluster
-    got, out, err = run(capsys, *args)
+    got, out, err = run_main(capsys, *args)
     line = _one_error_line(err)
     assert got == code, err
     assert needle in line
@@ -86,13 +81,13 @@ def test_bad_input_gives_one_error_line(capsys, monkeypatch, tmp_path, args, cod
 
 def test_no_site_lists_available(capsys, monkeypatch):
     monkeypatch.delenv("SLURMKIT_SITE", raising=False)
-    code, _, err = run(capsys, "render", "--", "x")
+    code, _, err = run_main(capsys, "render", "--", "x")
     assert code == 2 and "SLURMKIT_SITE" in _one_error_line(err) and "local" in err
 
 
 def test_site_from_environment(capsys, monkeypatch):
     monkeypatch.setenv("SLURMKIT_SITE", IB)
-    code, out, _ = run(capsys, "render", "--", "hostname")
+    code, out, _ = run_main(capsys, "render", "--", "hostname")
     assert code == 0 and "cluster hopper" in out
 
 
@@ -104,7 +99,7 @@ def test_site_from_environment(capsys, monkeypatch):
 def test_bad_config_is_one_line_with_file_and_line(capsys, tmp_path, content, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    code, _, err = run(capsys, "render", "--site", str(path), "--", "x")
+    code, _, err = run_main(capsys, "render", "--site", str(path), "--", "x")
     assert code == 2
     line = _one_error_line(err)
     assert str(path) in line and needle in line
@@ -114,7 +109,7 @@ def test_site_validate_reports_every_problem(capsys, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("site: x\nclusters:\n  a:\n    partitions:\n      gpu:\n        accelerator: nvidiaa\n"
                     "        cpus_per_node: many\n")
-    code, out, err = run(capsys, "site", "validate", str(path), IB)
+    code, out, err = run_main(capsys, "site", "validate", str(path), IB)
     assert code == 2
     problems = [ln for ln in err.splitlines() if ln.startswith(str(path))]
     assert len(problems) >= 2
@@ -129,15 +124,15 @@ def test_site_validate_shows_lint_warnings(capsys, tmp_path):
                     "        gpu_model: a100\n        gpus_per_node: 8\n        cpus_per_node: 8\n"
                     "        fabric:\n          type: infiniband\n          hcas: [mlx5_1, mlx5_10]\n"
                     "          socket_ifname: ^docker0\n")
-    code, out, err = run(capsys, "site", "validate", str(path))
+    code, out, err = run_main(capsys, "site", "validate", str(path))
     assert code == 0 and "ok" in out
     assert "'mlx5_1' has no '='" in err and "^docker0,lo" in err
 
 
 def test_site_show_and_templates(capsys):
-    code, out, _ = run(capsys, "site", "show", "--site", IB)
+    code, out, _ = run_main(capsys, "site", "show", "--site", IB)
     assert code == 0 and "cluster hopper" in out and "NCCL_IB_HCA==mlx5_0:1" in out
-    code, out, _ = run(capsys, "templates")
+    code, out, _ = run_main(capsys, "templates")
     assert code == 0
     assert {"torchrun", "srun", "single"} <= {ln.split()[0] for ln in out.splitlines()[1:]}
 
@@ -153,7 +148,7 @@ def test_every_cluster_option_is_the_shared_one_and_refuses_an_empty_value(capsy
                 seen.append(" ".join(path))
     assert {"submit", "render", "health check", "health sweep", "sweep submit"} <= set(seen)
     for path in ("health sweep", "health check", "sweep submit"):
-        code, _, err = run(capsys, *path.split(), "--site", IB, "-M", "", *(["--", "x"] if "submit" in path else []))
+        code, _, err = run_main(capsys, *path.split(), "--site", IB, "-M", "", *(["--", "x"] if "submit" in path else []))
         assert code == 2 and "must not be empty" in _one_error_line(err), (path, err)
 
 
@@ -199,7 +194,7 @@ def test_shell_completion(words, cword, expected):
 
 
 def test_render_json_has_the_script_and_what_was_decided(capsys):
-    code, out, err = run(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
+    code, out, err = run_main(capsys, "render", "--site", IB, "-N", "2", "--comm", "heavy", "--switches", "1",
                          "--token", "tok", "--json", "--", "python", "train.py")
     data = json.loads(out)
     assert code == 0 and data["switches"] == 1 and data["switch_wait"] and data["template"] == "torchrun"

@@ -12,6 +12,8 @@ import pytest
 from slurmkit.health.plan import CheckPlan
 from slurmkit.site.model import HealthChecks, HealthMount
 
+from harness import run_slurmkit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,8 +21,7 @@ def run(*args, stdin=None, env=None, tmp_path=None):
     full_env = dict(os.environ, SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), SLURMKIT_STATE_DIR=str(tmp_path / "st"))
     full_env.pop("SLURMD_NODENAME", None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "slurmkit", "health", "check"] + list(args), input=stdin,
-                          capture_output=True, text=True, env=full_env, cwd=str(ROOT), timeout=60)
+    return run_slurmkit(["health", "check"] + list(args), env=full_env, cwd=ROOT, input=stdin, timeout=60)
 
 
 @pytest.fixture

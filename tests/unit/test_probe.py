@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from slurmkit.federation import survey
 from slurmkit.cli.cluster_commands import clusters_command, trust_command
@@ -27,6 +26,8 @@ from slurmkit.results import GroupResult
 from slurmkit.slurm.backend import SlurmBackend
 from slurmkit.slurm.types import JobInfo
 from slurmkit.testing import FakeSlurm
+
+from harness import one_error_line, run_main
 
 DATA = Path(__file__).resolve().parent / "data" / "probe"
 ROOT = Path(__file__).resolve().parents[2]
@@ -356,15 +357,11 @@ def _statuses():
             survey.unreachable("gamma", "cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")]
 
 
-def invoke(command, args, **kw):
-    return CliRunner().invoke(command, args, standalone_mode=False, **kw)
-
-
-def test_clusters_table(monkeypatch):
+def test_clusters_table(monkeypatch, capsys):
     monkeypatch.setattr(survey, "probe_all", lambda session, names=None: _statuses())
-    result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml")])
-    assert result.exception is None and result.return_value == 0
-    lines = result.output.splitlines()
+    code, out, err = run_main(capsys, "clusters", "--site", ROOT / "site_configs" / "local.yaml")
+    assert code == 0, err
+    lines = out.splitlines()
     assert lines[0].split() == ["CLUSTER", "REACH", "VERSION", "PARTITIONS", "NODES", "ACCELERATORS", "PENDING",
                                 "RTT_MS", "REASON"]
     assert lines[1].split() == ["alpha", "ok", "22.05.8", "gpu,cpu", "3/4", "h100", "30/32", "1", "123"]
@@ -372,7 +369,7 @@ def test_clusters_table(monkeypatch):
     assert lines[2].endswith("cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused")
 
 
-def test_clusters_json_and_exit_codes(monkeypatch):
+def test_clusters_json_and_exit_codes(monkeypatch, capsys):
     got = {}
 
     def fake(session, names=None):
@@ -380,10 +377,10 @@ def test_clusters_json_and_exit_codes(monkeypatch):
         return [s for s in _statuses() if not s.reachable]
 
     monkeypatch.setattr(survey, "probe_all", fake)
-    result = invoke(clusters_command, ["--site", str(ROOT / "site_configs" / "local.yaml"), "--json", "gamma"])
+    code, out, _ = run_main(capsys, "clusters", "--site", ROOT / "site_configs" / "local.yaml", "--json", "gamma")
     assert got["names"] == ["gamma"]
-    assert result.return_value == 1          # every cluster asked for is unreachable
-    data = json.loads(result.output)
+    assert code == 1                         # every cluster asked for is unreachable
+    data = json.loads(out)
     assert data[0]["name"] == "gamma" and data[0]["reachable"] is False
 
 
@@ -410,42 +407,41 @@ def trust_site(tmp_path, monkeypatch):
     return str(site), known
 
 
-def test_trust_shows_the_fingerprint_and_writes_nothing_when_declined(trust_site):
+def test_trust_shows_the_fingerprint_and_writes_nothing_when_declined(trust_site, capsys):
     site, known = trust_site
-    result = invoke(trust_command, ["--site", site, "beta"], input="n\n")
+    code, out, err = run_main(capsys, "site", "trust", "--site", site, "beta", input="n\n")
     fp = known_hosts.fingerprint_b64(KEY_B64)
-    out = result.output
+    out += err
     assert out.index("host key: ssh-ed25519 %s" % fp) < out.index("Trust this key? [y/N]")
     assert "cluster beta: login node 127.0.2.2:2222" in out and "known_hosts file: %s" % known in out
-    assert result.return_value == 1 and known.read_text() == ""
+    assert code == 1 and known.read_text() == ""
 
 
-def test_trust_yes_writes_once(trust_site):
+def test_trust_yes_writes_once(trust_site, capsys):
     site, known = trust_site
-    result = invoke(trust_command, ["--site", site, "--yes", "beta"])
-    assert result.return_value == 0 and "Trust this key?" not in result.output
+    code, out, err = run_main(capsys, "site", "trust", "--site", site, "--yes", "beta")
+    assert code == 0 and "Trust this key?" not in out + err
     assert known.read_text() == "[127.0.2.2]:2222 ssh-ed25519 %s\n" % KEY_B64
-    again = invoke(trust_command, ["--site", site, "beta"])     # no prompt: nothing to decide
-    assert again.return_value == 0 and "already trusted (%s (line 1))" % known in again.output
+    code, out, err = run_main(capsys, "site", "trust", "--site", site, "beta")     # no prompt: nothing to decide
+    assert code == 0 and "already trusted (%s (line 1))" % known in out + err
     assert known.read_text().count("\n") == 1
 
 
-def test_trust_refuses_a_revoked_key(trust_site):
+def test_trust_refuses_a_revoked_key(trust_site, capsys):
     site, known = trust_site
     known.write_text("@revoked * ssh-ed25519 %s\n" % KEY_B64)
-    result = invoke(trust_command, ["--site", site, "--yes", "beta"])
-    assert isinstance(result.exception, HostKeyError) and "@revoked" in str(result.exception)
-    assert known_hosts.fingerprint_b64(KEY_B64) in str(result.exception)
+    code, _, err = run_main(capsys, "site", "trust", "--site", site, "--yes", "beta")
+    line = one_error_line(err)
+    assert code == 1 and "@revoked" in line and known_hosts.fingerprint_b64(KEY_B64) in line
     assert known.read_text() == "@revoked * ssh-ed25519 %s\n" % KEY_B64
 
 
-def test_trust_unknown_cluster_and_cluster_without_login(trust_site):
+def test_trust_unknown_cluster_and_cluster_without_login(trust_site, capsys):
     site, _ = trust_site
-    result = invoke(trust_command, ["--site", site, "nope"])
-    assert isinstance(result.exception, UsageError) and "choose one of: alpha, beta, gamma" in str(result.exception)
-    result = invoke(trust_command, ["--site", site, "gamma"])
-    assert isinstance(result.exception, ConfigError) and "has no login node" in str(result.exception)
-    assert result.exception.exit_code == 2
+    code, _, err = run_main(capsys, "site", "trust", "--site", site, "nope")
+    assert code == 2 and "choose one of: alpha, beta, gamma" in one_error_line(err)
+    code, _, err = run_main(capsys, "site", "trust", "--site", site, "gamma")
+    assert code == 2 and "has no login node" in one_error_line(err)
 
 
 def test_commands_have_help():

@@ -7,29 +7,24 @@ import pytest
 from slurmkit import checkpoint
 from slurmkit.errors import RemoteError
 from slurmkit.requeue.daemon import CycleReport, Daemon
-from slurmkit.requeue.journal import Journal
-from slurmkit.testing import FakeClock, FakeSlurm, fake_session
+
+import harness
 
 SCRIPT = "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --nodes=2\n#SBATCH --time=60\n#SBATCH --comment=slurmkit:%s\n" \
          "python train.py\n# end of slurmkit job script\n"
 
 
-class World:
+class World(harness.World):
     """Two fake clusters, a journal, real checkpoint files and a daemon over them."""
 
     def __init__(self, tmp_path):
-        self.clock = FakeClock()
-        self.alpha = FakeSlurm("alpha", nodes=["an1", "an2", "an3", "an4"], clock=self.clock, accounting=True)
-        self.beta = FakeSlurm("beta", nodes=["bn1", "bn2"], clock=self.clock)
-        self.session = fake_session(alpha=self.alpha, beta=self.beta)
-        self.journal = Journal(str(tmp_path / "requeue.db"), clock=self.clock)
+        super().__init__(tmp_path, {"alpha": dict(nodes=["an1", "an2", "an3", "an4"], accounting=True),
+                                    "beta": dict(nodes=["bn1", "bn2"])}, tmp_path / "requeue.db")
         self.ckpt = tmp_path / "ckpt"
         self.ckpt.mkdir()
         self.submitted = []
-        self.daemon = Daemon(self.journal, sessions=lambda site: self.session, submit_attempt=self.submit,
-                             clock=self.clock)
 
-    def submit(self, tracked, attempt, cluster):
+    def submit_attempt(self, tracked, attempt, cluster):
         backend = self.session.backend(cluster)
         job_id = backend.submit(SCRIPT % attempt.token, token=attempt.token)
         self.submitted.append((cluster, job_id, attempt.number, attempt.resume_from,
@@ -47,9 +42,7 @@ class World:
         return tid, job
 
     def save(self, step):
-        with checkpoint.checkpoint_dir(str(self.ckpt), step) as tmp:
-            with open(os.path.join(tmp, "state.pt"), "wb") as fh:
-                fh.write(b"x" * step)
+        self.save_checkpoint(self.ckpt, step)
 
     def job(self, tid):
         return self.journal.job(tid)
@@ -164,7 +157,7 @@ def test_an_intent_whose_sbatch_ran_before_a_crash_is_not_submitted_again(world)
     intent = world.job(tid).current
     assert intent.phase == "intent" and intent.number == 2
     orphan = world.alpha.submit(SCRIPT % intent.token)          # the sbatch that happened
-    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit_attempt,
                    clock=world.clock)
     fresh.cycle()
     assert world.submitted == [] and world.job(tid).current.job_id == orphan
@@ -190,7 +183,7 @@ def test_an_intent_whose_job_ran_and_was_forgotten_while_no_daemon_was_up_is_fou
     world.alpha.finish(orphan, "COMPLETED")
     world.clock.advance(7200)
     world.alpha.forget(orphan)
-    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+    fresh = Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit_attempt,
                    clock=world.clock)
     before = len(world.alpha.commands)
     fresh.cycle()
@@ -495,7 +488,7 @@ def test_the_sites_hang_timeout_applies_unless_the_job_has_its_own(world):
     from types import SimpleNamespace
 
     site = SimpleNamespace(requeue=SimpleNamespace(hang_timeout=900))
-    daemon = Daemon(world.journal, sessions=lambda s: SimpleNamespace(site=site), submit_attempt=world.submit)
+    daemon = Daemon(world.journal, sessions=lambda s: SimpleNamespace(site=site), submit_attempt=world.submit_attempt)
     tid, _ = world.track()
     own, _ = world.track(hang_timeout_s=0)
     assert daemon.hang_timeout(world.job(tid)) == 900 and daemon.hang_timeout(world.job(own)) == 0
@@ -513,7 +506,7 @@ def test_a_new_daemon_each_cycle_as_crons_daemon_once_still_finds_the_hang(world
     beat(world, job, 10 ** 9)
 
     def once():
-        Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit,
+        Daemon(world.journal, sessions=lambda site: world.session, submit_attempt=world.submit_attempt,
                clock=world.clock).cycle()
     for _ in range(3):                       # one process per minute, nothing moves after the first
         once()

@@ -7,9 +7,7 @@ import re
 
 import pytest
 
-from slurmkit import checkpoint
 from slurmkit.requeue.daemon import CycleReport
-from slurmkit.requeue.journal import Journal as RequeueJournal
 from slurmkit.script.render import JobSpec
 from slurmkit.errors import UsageError
 from slurmkit.sweep import actions, submission
@@ -18,27 +16,26 @@ from slurmkit.sweep.autorequeue import SweepDaemon
 from slurmkit.sweep.journal import Journal
 from slurmkit.sweep.testing import FakeArraySlurm, table_rows
 from slurmkit.sweep.tracked import point_of
-from slurmkit.testing import FakeClock, fake_session
+from slurmkit.testing import fake_session
+
+import harness
 
 COMMAND = ("python3", "train.py", "--seed", "{seed}")
 
 
-class World:
+class World(harness.World):
+    """One fake cluster running arrays, a sweep journal, and the sweep daemon over the requeue journal."""
+
     def __init__(self, tmp_path, monkeypatch):
         monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "cache"))
         monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
         monkeypatch.delenv("SLURMKIT_VIA", raising=False)
-        self.tmp = tmp_path
-        self.clock = FakeClock()
-        self.alpha = FakeArraySlurm("alpha", nodes=["an1", "an2", "an3", "an4"], clock=self.clock)
-        self.session = fake_session(alpha=self.alpha)
+        super().__init__(tmp_path, {"alpha": dict(nodes=["an1", "an2", "an3", "an4"])},
+                         tmp_path / "state" / "requeue.db", slurm=FakeArraySlurm, daemon=SweepDaemon)
         self.sweeps = Journal(str(tmp_path / "state" / "sweeps.db"))
         self.plain = []
-        self.daemon = SweepDaemon(RequeueJournal(str(tmp_path / "state" / "requeue.db"), clock=self.clock),
-                                  sessions=lambda site: self.session, submit_attempt=self._plain,
-                                  clock=self.clock)
 
-    def _plain(self, tracked, attempt, cluster):
+    def submit_attempt(self, tracked, attempt, cluster):
         self.plain.append(tracked.id)
         raise AssertionError("a sweep point went to the plain submission")
 
@@ -54,16 +51,11 @@ class World:
         return self.tmp / "sweep" / "points" / point_id
 
     def save(self, point_id, step):
-        root = self.point_dir(point_id) / "checkpoint"
-        root.mkdir(parents=True, exist_ok=True)
-        with checkpoint.checkpoint_dir(str(root), step) as tmp:
-            with open(os.path.join(tmp, "state.pt"), "wb") as fh:
-                fh.write(b"x" * step)
-        return checkpoint.step_path(str(root), step)
+        return self.save_checkpoint(self.point_dir(point_id) / "checkpoint", step)
 
     def close(self):
         self.sweeps.close()
-        self.daemon.journal.close()
+        super().close()
 
 
 @pytest.fixture
@@ -190,8 +182,9 @@ def test_cancel_stops_the_tracking_so_nothing_cancelled_comes_back(world):
 def test_auto_requeue_needs_an_absolute_sweep_dir_and_takes_no_checkpoint_dir(world):
     spec = JobSpec(command=COMMAND, template="single", gpus_per_node=0, checkpoint_dir="/x")
     with pytest.raises(UsageError, match="--checkpoint-dir does not apply to a sweep"):
-        submission.submit(world.session, submission.SweepRequest(spec=spec, grid=("seed=1",), sweep_dir=str(world.tmp / "s")),
-                    world.sweeps)
+        submission.submit(world.session,
+                          submission.SweepRequest(spec=spec, grid=("seed=1",), sweep_dir=str(world.tmp / "s")),
+                          world.sweeps)
     assert world.alpha.arrays == {}
 
 
@@ -228,7 +221,7 @@ def test_a_cycle_asks_each_cluster_once_for_every_sweep_whatever_their_number(tm
         sweeps = []
         for name, cluster in (("one", "alpha"), ("two", "alpha"), ("three", "beta")):
             request = submission.SweepRequest(spec=spec, grid=("seed=0..2",), name=name, cluster=cluster,
-                                        sweep_dir=str(tmp_path / name), auto_requeue={})
+                                              sweep_dir=str(tmp_path / name), auto_requeue={})
             sweeps.append(submission.submit(world.session, request, world.sweeps))
         plain = []
         for n, backend in enumerate((world.alpha, world.alpha, world.beta)):

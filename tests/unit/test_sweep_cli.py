@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from slurmkit.cli import main
 from slurmkit.sweep.testing import FakeArraySlurm
+
+from harness import one_error_line, run_main
 
 
 @pytest.fixture
@@ -27,24 +28,12 @@ def clusters(tmp_path, monkeypatch):
     return fakes
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error(err):
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in err, err
-    return lines[0]
-
-
 SUBMIT = ("submit", "--sweep", "lr=1e-3,3e-4", "--sweep", "seed=0..3", "-M", "alpha", "-p", "cpu", "-T", "single",
           "--", "python3", "train.py", "--lr", "{lr}", "--seed", "{seed}")
 
 
 def test_submit_sweep_prints_only_the_sweep_id_on_stdout(clusters, capsys, tmp_path):
-    code, out, err = run(capsys, *SUBMIT)
+    code, out, err = run_main(capsys, *SUBMIT)
     assert code == 0
     sweep_id = out.strip()
     assert out == sweep_id + "\n" and sweep_id.startswith("train-")
@@ -55,13 +44,13 @@ def test_submit_sweep_prints_only_the_sweep_id_on_stdout(clusters, capsys, tmp_p
 
 
 def test_sweep_submit_json_and_status_json(clusters, capsys):
-    code, out, _ = run(capsys, "sweep", "submit", "--json", *SUBMIT[1:])
+    code, out, _ = run_main(capsys, "sweep", "submit", "--json", *SUBMIT[1:])
     report = json.loads(out)
     assert code == 0 and report["tasks_submitted"] == 8 and report["skipped"] == {"completed": 0, "queued": 0}
     alpha = clusters["alpha"]
     first = report["submitted"][0]["job_id"]
     alpha.run(first, {2: 3})
-    code, out, _ = run(capsys, "sweep", "status", report["sweep"], "--json")
+    code, out, _ = run_main(capsys, "sweep", "status", report["sweep"], "--json")
     data = json.loads(out)
     assert code == 0 and data["counts"] == {"COMPLETED": 3, "FAILED": 1, "PENDING": 4} and data["total"] == 8
     failed = [p for p in data["points"] if p["state"] == "FAILED"]
@@ -69,38 +58,38 @@ def test_sweep_submit_json_and_status_json(clusters, capsys):
 
 
 def test_status_text_lists_failed_points_with_their_values(clusters, capsys, tmp_path):
-    _, out, _ = run(capsys, *SUBMIT)
+    _, out, _ = run_main(capsys, *SUBMIT)
     sweep_id = out.strip()
     alpha = clusters["alpha"]
     for array in list(alpha.arrays):
         alpha.run(array, {0: 2})
-    code, out, err = run(capsys, "sweep", "status", sweep_id)
+    code, out, err = run_main(capsys, "sweep", "status", sweep_id)
     assert code == 0 and err == ""
     assert "COMPLETED 6  FAILED 2" in out and "ended without completing: 2 point(s)" in out
     assert "lr=1e-3 seed=0  FAILED exit 2" in out and "rerun them: slurmkit sweep rerun %s" % sweep_id in out
-    code, out, err = run(capsys, "sweep", "status", sweep_id[:10], "--failed", "--output", "failed.jsonl")
+    code, out, err = run_main(capsys, "sweep", "status", sweep_id[:10], "--failed", "--output", "failed.jsonl")
     assert code == 0 and "wrote 2 failed point(s) to failed.jsonl" in err
     rows = [json.loads(ln) for ln in (tmp_path / "failed.jsonl").read_text().splitlines()]
     assert sorted(r["seed"] for r in rows) == ["0", "0"]
 
 
 def test_rerun_and_cancel_say_what_they_did(clusters, capsys):
-    _, out, _ = run(capsys, *SUBMIT)
+    _, out, _ = run_main(capsys, *SUBMIT)
     sweep_id = out.strip()
     alpha = clusters["alpha"]
     first, second = list(alpha.arrays)
     alpha.run(first, {1: 1})
-    code, out, _ = run(capsys, "sweep", "rerun", sweep_id)
+    code, out, _ = run_main(capsys, "sweep", "rerun", sweep_id)
     assert code == 0 and out == "requeued alpha:%s: 1 task(s), array 1\n" % first
-    code, out, _ = run(capsys, "sweep", "cancel", sweep_id)
+    code, out, _ = run_main(capsys, "sweep", "cancel", sweep_id)
     assert code == 0 and out == "cancelled 5 task(s) of sweep %s: alpha:%s, alpha:%s\n" % (sweep_id, first, second)
-    code, out, err = run(capsys, "sweep", "cancel", sweep_id)
+    code, out, err = run_main(capsys, "sweep", "cancel", sweep_id)
     assert code == 0 and out == "" and "has no queued or running tasks" in err
 
 
 def test_sweep_list_shows_the_journal(clusters, capsys):
-    _, out, _ = run(capsys, *SUBMIT)
-    code, listed, _ = run(capsys, "sweep", "list", "--json")
+    _, out, _ = run_main(capsys, *SUBMIT)
+    code, listed, _ = run_main(capsys, "sweep", "list", "--json")
     (entry,) = json.loads(listed)
     assert code == 0 and entry["sweep"] == out.strip() and entry["points"] == 8 and entry["parameters"] == ["lr", "seed"]
 
@@ -129,30 +118,30 @@ def test_sweep_list_shows_the_journal(clusters, capsys):
     (("sweep", "submit", "-M", "alpha", "--", "true"), "a sweep needs --sweep"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(clusters, capsys, args, message):
-    code, out, err = run(capsys, *args)
+    code, out, err = run_main(capsys, *args)
     assert code == 2 and out == ""
-    assert message in one_error(err)
+    assert message in one_error_line(err)
     assert all(not fake.commands for fake in clusters.values())
 
 
 def test_an_unknown_sweep_is_one_line_and_exit_1(clusters, capsys):
-    code, out, err = run(capsys, "sweep", "status", "nope")
-    assert code == 1 and out == "" and "no sweep 'nope'" in one_error(err)
+    code, out, err = run_main(capsys, "sweep", "status", "nope")
+    assert code == 1 and out == "" and "no sweep 'nope'" in one_error_line(err)
 
 
 def test_a_refused_submission_is_one_line_and_exit_1(clusters, capsys):
     clusters["alpha"].answer(["sbatch"], stderr="sbatch: error: Batch job submission failed: Invalid account\n",
                              returncode=1)
-    code, out, err = run(capsys, *SUBMIT)
-    assert code == 1 and out == "" and "Invalid account" in one_error(err)
+    code, out, err = run_main(capsys, *SUBMIT)
+    assert code == 1 and out == "" and "Invalid account" in one_error_line(err)
 
 
 @pytest.mark.parametrize("command", [("submit",), ("sweep", "submit")])
 def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(clusters, capsys, command):
-    code, out, err = run(capsys, *command, "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
+    code, out, err = run_main(capsys, *command, "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
     sweep_id = out.strip()
     assert code == 0 and "its tasks are tracked: the requeue daemon" in err
-    code, listed, _ = run(capsys, "jobs", "--json")
+    code, listed, _ = run_main(capsys, "jobs", "--json")
     tracked = json.loads(listed)
     assert code == 0 and len(tracked) == 8 and all(t["name"].startswith(sweep_id + "/") for t in tracked)
     assert {json.dumps(t["budget"]) for t in tracked} == {'{"max_restarts": 2}'}
@@ -161,15 +150,15 @@ def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(cluste
     alpha.run(first)
     alpha.run(second)
     alpha.finish_task(second, 1, "PREEMPTED")
-    code, out, err = run(capsys, "daemon", "once", "--json")
+    code, out, err = run_main(capsys, "daemon", "once", "--json")
     report = json.loads(out)
     assert code == 0 and len(report["finished"]) == 8 and len(report["restarted"]) == 1, (out, err)
     (restart,) = [a for a in alpha.arrays.values() if a.job_id not in (first, second)]
     assert restart.indices == [1] and "export SLURMKIT_ATTEMPT=2" in restart.script
-    code, out, _ = run(capsys, "sweep", "status", sweep_id, "--json")
+    code, out, _ = run_main(capsys, "sweep", "status", sweep_id, "--json")
     assert json.loads(out)["counts"] == {"COMPLETED": 7, "PENDING": 1}
-    code, out, err = run(capsys, "jobs")                              # the human view of the same
+    code, out, err = run_main(capsys, "jobs")                              # the human view of the same
     named = [ln for ln in out.splitlines() if ln.split()[1:2] and ln.split()[1].startswith(sweep_id + "/")]
     assert code == 0 and err == "" and len(named) == 1 and " ACTIVE " in named[0]   # the restarted point only
-    code, out, err = run(capsys, "daemon", "once")
+    code, out, err = run_main(capsys, "daemon", "once")
     assert code == 0 and err == "" and out.strip()

@@ -74,8 +74,9 @@ def test_max_array_tasks_caps_arrays_below_max_array_size(env):
 def test_more_points_than_the_default_max_array_size_never_make_an_invalid_array(env):
     tmp_path, journal = env
     alpha = FakeArraySlurm("alpha")                          # MaxArraySize=1001, as the dev clusters
-    report = submission.submit(fake_session(alpha=alpha), request(tmp_path, ["seed=0..2099"], command=("true", "{seed}")),
-                         journal)
+    report = submission.submit(fake_session(alpha=alpha),
+                               request(tmp_path, ["seed=0..2099"], command=("true", "{seed}")),
+                               journal)
     assert [a.tasks for a in report.arrays] == [700, 700, 700]
     assert all(a.indices == "0-699" for a in report.arrays)
 
@@ -105,7 +106,7 @@ def test_forgotten_tasks_come_from_sacct_or_are_unknown_without_accounting(env):
     session = fake_session(alpha=alpha, beta=beta)
     a = submission.submit(session, request(tmp_path, ["seed=0..2"], cluster="alpha", sweep_name="a"), journal)
     b = submission.submit(session, request(tmp_path, ["seed=0..2"], cluster="beta", sweep_name="b",
-                                     sweep_dir=str(tmp_path / "b")), journal)
+                                           sweep_dir=str(tmp_path / "b")), journal)
     for slurm in (alpha, beta):
         array = next(iter(slurm.arrays))
         slurm.run(array, {2: 1})
@@ -410,7 +411,8 @@ def test_journal_finds_sweeps_by_unique_prefix(env):
     alpha = FakeArraySlurm("alpha")
     session = fake_session(alpha=alpha)
     report = submission.submit(session, request(tmp_path, ["seed=0"], sweep_name="alpha1"), journal)
-    submission.submit(session, request(tmp_path, ["seed=0"], sweep_name="alpha2", sweep_dir=str(tmp_path / "x")), journal)
+    submission.submit(session, request(tmp_path, ["seed=0"], sweep_name="alpha2", sweep_dir=str(tmp_path / "x")),
+                      journal)
     assert journal.find(report.sweep_id).id == report.sweep_id
     assert journal.find("alpha1").id == report.sweep_id
     with pytest.raises(SlurmkitError, match="ambiguous"):
@@ -461,7 +463,7 @@ def test_a_cluster_that_cannot_take_the_job_is_left_out_with_a_warning(env):
     session = _two_cluster_session(alpha, beta, alpha_nodes=4, beta_nodes=1)
     spec = JobSpec(command=COMMAND, template="srun", nodes=2, gpus_per_node=0, time="00:05:00")
     report = submission.submit(session, submission.SweepRequest(spec=spec, grid=["seed=0..3"], cluster="alpha,beta",
-                                                    sweep_dir=str(tmp_path / "s")), journal)
+                                                                sweep_dir=str(tmp_path / "s")), journal)
     assert {a.cluster for a in report.arrays} == {"alpha"}
     assert any(w.startswith("cluster beta not used: ") and "2 nodes" in w for w in report.warnings)
 
