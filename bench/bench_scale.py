@@ -239,7 +239,7 @@ def free_check_site(tmp, relays=False):
     without the checks themselves.  As a relay (``--relay -``) the script runs slurmkit's real relay."""
     site = json.loads(scale.SITE_YAML.read_text())
     python = site["health"]["command"][0]
-    p = run([python, "-c", "import json, sys; from slurmkit.health.results import NodeReport; "
+    p = run([python, "-c", "import json, sys; from slurmkit.health.findings import NodeReport; "
              "print(json.dumps(NodeReport(node='NODE', cluster='scale', partition='gpu', results=(), started=0.0, "
              "duration=0.0).to_dict()))"], dict(os.environ, PYTHONPATH=str(ROOT)))
     report = Path(tmp) / "canned-report.json"

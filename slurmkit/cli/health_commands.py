@@ -167,7 +167,7 @@ def sweep(session, cluster_spec, partition, nodes, drain, dry_run, as_json):
       slurmkit health sweep --cluster beta --partition gpu --drain --dry-run
       */10 * * * * slurmkit health sweep --site mysite --cluster all --drain --json > /var/log/slurmkit-sweep.json
     """
-    from slurmkit.health import sweep as sweeper
+    from slurmkit.health import fleet
 
     site = session.site
     if cluster_spec == "all":
@@ -176,7 +176,7 @@ def sweep(session, cluster_spec, partition, nodes, drain, dry_run, as_json):
         names = [n.strip() for n in cluster_spec.split(",") if n.strip()]
     else:
         names = [site.cluster().name]
-    result = sweeper.sweep(session, names, partition=partition, drain=drain, dry_run=dry_run,
+    result = fleet.sweep(session, names, partition=partition, drain=drain, dry_run=dry_run,
                            nodes=list(nodes) or None)
     if as_json:
         print_json(result.to_dict())

@@ -10,11 +10,13 @@ The layers, bottom up:
   kernel (a dead NFS mount, a hung GPU driver, an HCA's firmware) in a forked
   child with a deadline, so a check never hangs;
 - ``checks``: pure functions from readings and thresholds to
-  :class:`~slurmkit.health.results.CheckResult` values;
+  :class:`~slurmkit.health.findings.CheckResult` values (``findings``: a check's result and a node's
+  report, JSON both ways);
 - ``plan`` (what one node is checked against), ``node`` (one node's check,
   with its state file across runs), ``ownership`` (the drain reason, who owns
-  a drain, when to resume, the drain cap), ``sweep`` (every node of some
-  clusters over SSH, bounded fan-out, one lock), ``prom`` (Prometheus
+  a drain, when to resume, the drain cap), ``fleet`` (``slurmkit health sweep``:
+  every node of some clusters over SSH, bounded fan-out, one lock; ``relay``
+  when one coordinator is not enough), ``prom`` (Prometheus
   textfile) and ``report`` (the text views).
 
 Only ``slurmkit.cli.health_commands`` calls into this package from the CLI;

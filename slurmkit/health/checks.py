@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from slurmkit.health.sources import nvml as nv
 from slurmkit.health.sources.infiniband import LINK_COUNTERS, NOISE_COUNTERS
-from slurmkit.health.results import CheckResult, fail, ok, warn
+from slurmkit.health.findings import CheckResult, fail, ok, warn
 
 
 def _mb(value) -> str:

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from slurmkit.health import checks, state
 from slurmkit.health.sources import ascend, host, infiniband, kmsg, nvml, probe
 from slurmkit.health.plan import CheckPlan
-from slurmkit.health.results import NodeReport, fail
+from slurmkit.health.findings import NodeReport, fail
 
 PROCESS_TIMEOUT = 10.0
 NVML_TIMEOUT = 20.0

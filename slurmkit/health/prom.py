@@ -14,7 +14,7 @@ Metrics (every one labelled with ``node``, ``cluster`` and ``partition``)::
     slurmkit_health_duration_seconds
 """
 
-from slurmkit.health.results import FAIL, OK, WARN
+from slurmkit.health.findings import FAIL, OK, WARN
 
 _STATUS = {OK: 0, WARN: 1, FAIL: 2}
 

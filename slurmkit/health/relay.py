@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import RemoteError, SlurmkitError, UsageError
 from slurmkit.health.plan import CheckPlan
-from slurmkit.health.results import NodeReport
+from slurmkit.health.findings import NodeReport
 from slurmkit.site.model import LoginNode
 
 RELAY_VERSION = 1
@@ -140,7 +140,7 @@ def serve(job: RelayJob, runner_for: Optional[Callable] = None) -> List[dict]:
     by default a local process for the relay itself (``target`` None) and
     the SSH layer for its peers.
     """
-    from slurmkit.health.sweep import check_with
+    from slurmkit.health.fleet import check_with
 
     runner_for = runner_for or default_runner_for
 
@@ -180,7 +180,7 @@ def main_relay(source: str) -> str:
 # ---------------------------------------------------------------- the sweep's side: through the relays
 
 class Relayed(NamedTuple):
-    rows: List[object]                 # NodeRows (slurmkit.health.sweep)
+    rows: List[object]                 # NodeRows (slurmkit.health.fleet)
     relays: int                        # relays that answered
     failed: List[str]                  # "relay: why", for relays whose groups the sweep checked itself
 
@@ -193,7 +193,7 @@ def sweep_through_relays(jobs: Sequence[tuple], settings, runner_factory: Callab
     would reach any node; ``check_directly`` is the flat sweep, for what no
     relay answered.
     """
-    from slurmkit.health import sweep as sweeper
+    from slurmkit.health import fleet
 
     cluster = jobs[0][0]
     work = []
@@ -201,7 +201,7 @@ def sweep_through_relays(jobs: Sequence[tuple], settings, runner_factory: Callab
         group = [jobs[i] for i in index_range]
         pick = pick_relay([info.state for _, info, _ in group])
         relay_info = group[pick][1]
-        nodes = tuple(RelayNode(plan, None if i == pick else sweeper.node_target(cluster, info, settings.node_timeout))
+        nodes = tuple(RelayNode(plan, None if i == pick else fleet.node_target(cluster, info, settings.node_timeout))
                       for i, (_, info, plan) in enumerate(group))
         job = RelayJob(relay=relay_info.name, cluster=cluster.name, command=tuple(cluster.health.command),
                        fanout=settings.relay_fanout or settings.fanout, node_timeout=settings.node_timeout,
@@ -225,7 +225,7 @@ def sweep_through_relays(jobs: Sequence[tuple], settings, runner_factory: Callab
         for _, info, plan in group:
             got = answered.get(plan.node)
             if got is not None:
-                rows.append(sweeper.NodeRow(cluster.name, info.name, plan.partition, info.state.lower(),
+                rows.append(fleet.NodeRow(cluster.name, info.name, plan.partition, info.state.lower(),
                                             got["status"], got["report"], got["error"], seconds=got["seconds"],
                                             via=relay_info.name))
         missing = [j for j in group if j[2].node not in answered]
@@ -256,7 +256,7 @@ def parse_rows(text: str, expected: Sequence[str]) -> Dict[str, dict]:
     A row for a node it was not sent, or one whose report is not about its
     own node, is dropped: the sweep then checks that node itself.
     """
-    from slurmkit.health.sweep import RELAYED_STATUSES
+    from slurmkit.health.fleet import RELAYED_STATUSES
 
     try:
         data = json.loads(text)

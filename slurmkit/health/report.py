@@ -1,6 +1,6 @@
 """Text views of health reports: one node's checks, and a sweep's table."""
 
-from slurmkit.health.results import FAIL, OK, WARN
+from slurmkit.health.findings import FAIL, OK, WARN
 
 
 def node_text(report, action=None) -> str:
@@ -23,7 +23,7 @@ def _table(rows):
 
 
 def sweep_text(result) -> str:
-    from slurmkit.health.sweep import HEALTHY, SKIPPED
+    from slurmkit.health.fleet import HEALTHY, SKIPPED
 
     header = ("CLUSTER", "NODE", "PARTITION", "SLURM", "HEALTH", "FAILING / WHY", "ACTION")
     rows = [header]

@@ -287,7 +287,7 @@ def test_the_drain_cap_holds_when_many_nodes_fail_in_the_same_second(cluster):
     import threading
 
     from slurmkit.health import slurmside
-    from slurmkit.health.results import NodeReport, fail
+    from slurmkit.health.findings import NodeReport, fail
     from slurmkit.session import Session
     from slurmkit.site import find_site
 

@@ -13,7 +13,7 @@ from slurmkit.health.sources import infiniband, kmsg, nvml
 from slurmkit.health.sources.fakes import FakeGpu, FakeNvml, write_ib_port, write_kernel_log, xid_line
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.sources.probe import Outcome
-from slurmkit.health.results import FAIL, OK, WARN
+from slurmkit.health.findings import FAIL, OK, WARN
 from slurmkit.site.model import Fabric, HealthChecks, HealthMount
 
 

@@ -158,7 +158,7 @@ def test_a_check_imports_neither_jinja2_nor_paramiko(tmp_path, site):
 
 def test_prometheus_label_values_are_escaped():
     from slurmkit.health import prom
-    from slurmkit.health.results import NodeReport, fail, ok
+    from slurmkit.health.findings import NodeReport, fail, ok
 
     report = NodeReport("n1", "c", "gpu", (ok("memory", "fine", 4000.0), fail('mount:/a"b\\c\nd', "gone")),
                         started=1796000000.5, duration=0.25)

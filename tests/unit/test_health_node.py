@@ -13,7 +13,7 @@ import pytest
 from slurmkit.health import node, state
 from slurmkit.health.sources.fakes import FakeGpu, FakeNvml, write_ib_port, write_kernel_log, xid_line
 from slurmkit.health.plan import CheckPlan
-from slurmkit.health.results import NodeReport
+from slurmkit.health.findings import NodeReport
 from slurmkit.site.model import HealthChecks, HealthMount
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from slurmkit.errors import ConnectTimeoutError, UsageError
 from slurmkit.health import relay
-from slurmkit.health import sweep as sweeper
+from slurmkit.health import fleet
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.report import sweep_text
 from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, HealthChecks, HealthMount, HealthSettings,
@@ -100,7 +100,7 @@ class Nodes:
 
 def run_sweep(tmp_path, nodes, fake=None, **site):
     fake = fake or FakeSlurm("alpha", nodes=NODES)
-    return sweeper.sweep(fake_session(make_site(tmp_path, **site), alpha=fake), ["alpha"], runner_factory=nodes)
+    return fleet.sweep(fake_session(make_site(tmp_path, **site), alpha=fake), ["alpha"], runner_factory=nodes)
 
 
 # ---------------------------------------------------------------- groups and relays, pure
@@ -180,7 +180,7 @@ def test_relay_fanout_bounds_what_one_relay_runs_at_once_and_its_time_limit(tmp_
 def test_a_peer_the_relay_cannot_reach_is_unreachable_never_drained(tmp_path, scratch):
     nodes = Nodes(dead=["n3"])
     fake = FakeSlurm("alpha", nodes=NODES)
-    result = sweeper.sweep(fake_session(make_site(tmp_path), alpha=fake), ["alpha"], drain=True,
+    result = fleet.sweep(fake_session(make_site(tmp_path), alpha=fake), ["alpha"], drain=True,
                            runner_factory=nodes)
     rows = {r.node: r for r in result.rows}
     # n3 was tried by its relay, then by the sweep: it is nobody's to answer for

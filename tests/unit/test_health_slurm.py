@@ -13,7 +13,7 @@ import pytest
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.health import ownership, slurmside
-from slurmkit.health.results import NodeReport, fail, ok
+from slurmkit.health.findings import NodeReport, fail, ok
 from slurmkit.site.model import Cluster, Defaults, Site
 from slurmkit.slurm import parsers
 from slurmkit.testing import FakeSlurm

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from slurmkit.errors import ConnectTimeoutError, SlurmkitError, SlurmUnavailableError, UsageError
-from slurmkit.health import sweep as sweeper
+from slurmkit.health import fleet
 from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, HealthChecks, HealthMount, HealthSettings,
                                  HealthSsh, LoginNode, Partition, Site)
 from slurmkit.slurm.types import NodeInfo
@@ -72,7 +72,7 @@ def session(tmp_path, clusters, **kw):
 def test_every_node_checked_in_one_table(tmp_path, scratch, clusters):
     (scratch / "n3").rmdir()
     runner = Local(unreachable=["n4"])
-    result = sweeper.sweep(session(tmp_path, clusters), ["alpha", "beta"], runner_factory=runner)
+    result = fleet.sweep(session(tmp_path, clusters), ["alpha", "beta"], runner_factory=runner)
     rows = {(r.cluster, r.node): r for r in result.rows}
     assert [r.status for r in result.rows] == ["healthy", "healthy", "unhealthy", "unreachable", "healthy"]
     assert rows["alpha", "n3"].report.failing == ["mount:%s" % (scratch / "n3")]
@@ -91,7 +91,7 @@ def test_drain_with_the_cap_and_never_an_unreachable_node(tmp_path, scratch, clu
     for n in ("n1", "n2", "n3"):
         (scratch / n).rmdir()
     s = session(tmp_path, clusters, cap=2)
-    result = sweeper.sweep(s, ["alpha"], drain=True, runner_factory=Local(unreachable=["n4"]))
+    result = fleet.sweep(s, ["alpha"], drain=True, runner_factory=Local(unreachable=["n4"]))
     actions = {r.node: r.action for r in result.rows}
     drained = [n for n, a in actions.items() if a.startswith("drained")]
     assert len(drained) == 2 and actions["n4"] == ""                        # unreachable: untouched
@@ -105,7 +105,7 @@ def test_dry_run_says_what_drain_would_do(tmp_path, scratch, clusters):
     (scratch / "n2").rmdir()
     # this time through the lean entry (python -m slurmkit.health) rather than the CLI
     s = session(tmp_path, clusters, command=(sys.executable, "-m", "slurmkit.health"))
-    result = sweeper.sweep(s, ["alpha"], dry_run=True, runner_factory=Local())
+    result = fleet.sweep(s, ["alpha"], dry_run=True, runner_factory=Local())
     assert {r.node: r.action for r in result.rows}["n2"].startswith("would drain (slurmkit: mount:")
     assert not [c for c in clusters["alpha"].commands if c[:2] == ("scontrol", "update")]
 
@@ -114,10 +114,10 @@ def test_resume_after_clean_sweeps_and_foreign_drains_kept(tmp_path, scratch, cl
     s = session(tmp_path, clusters)
     (scratch / "n1").rmdir()
     clusters["alpha"].set_node("n2", "DRAIN", "fan noise, ticket 7", user="alice")
-    sweeper.sweep(s, ["alpha"], drain=True, runner_factory=Local())
+    fleet.sweep(s, ["alpha"], drain=True, runner_factory=Local())
     (scratch / "n1").mkdir()
-    first = sweeper.sweep(s, ["alpha"], drain=True, runner_factory=Local())
-    second = sweeper.sweep(s, ["alpha"], drain=True, runner_factory=Local())
+    first = fleet.sweep(s, ["alpha"], drain=True, runner_factory=Local())
+    second = fleet.sweep(s, ["alpha"], drain=True, runner_factory=Local())
     assert {r.node: r.action for r in first.rows}["n1"].startswith("drained by slurmkit, clean 1/2")
     assert {r.node: r.action for r in second.rows}["n1"].startswith("resumed")
     assert "left alone" in {r.node: r.action for r in second.rows}["n2"]
@@ -127,35 +127,35 @@ def test_resume_after_clean_sweeps_and_foreign_drains_kept(tmp_path, scratch, cl
 
 def test_partition_and_node_filters(tmp_path, scratch, clusters):
     runner = Local()
-    sweeper.sweep(session(tmp_path, clusters), ["alpha", "beta"], nodes=["n2"], runner_factory=runner)
+    fleet.sweep(session(tmp_path, clusters), ["alpha", "beta"], nodes=["n2"], runner_factory=runner)
     assert sorted(runner.seen) == [("alpha", "n2")]
     with pytest.raises(UsageError, match="no cluster of alpha has a partition 'cpu'"):
-        sweeper.sweep(session(tmp_path, clusters), ["alpha"], partition="cpu", runner_factory=runner)
+        fleet.sweep(session(tmp_path, clusters), ["alpha"], partition="cpu", runner_factory=runner)
 
 
 def test_a_cluster_that_cannot_be_asked_is_an_error_not_a_crash(tmp_path, scratch, clusters):
     clusters["beta"].fail_next("node_states", SlurmUnavailableError("slurmctld on cluster beta does not answer"))
-    result = sweeper.sweep(session(tmp_path, clusters), ["alpha", "beta"], runner_factory=Local())
+    result = fleet.sweep(session(tmp_path, clusters), ["alpha", "beta"], runner_factory=Local())
     assert result.errors == ["cluster beta: cannot list its nodes: slurmctld on cluster beta does not answer"]
     assert len(result.rows) == 4 and not result.ok
 
 
 def test_a_node_without_slurmkit_or_answering_garbage(tmp_path, scratch, clusters):
     s = fake_session(make_site(tmp_path, command=("/nonexistent/slurmkit",)), **clusters)
-    result = sweeper.sweep(s, ["beta"], runner_factory=Local())
+    result = fleet.sweep(s, ["beta"], runner_factory=Local())
     assert result.rows[0].status == "error" and "/nonexistent/slurmkit not found on the node" in result.rows[0].error
     s = fake_session(make_site(tmp_path, command=(sys.executable, "-c", "print('hello')", "--")), **clusters)
-    result = sweeper.sweep(s, ["beta"], runner_factory=Local())
+    result = fleet.sweep(s, ["beta"], runner_factory=Local())
     assert result.rows[0].status == "error" and "answered no report (exit 0): hello" in result.rows[0].error
 
 
 def test_two_sweeps_never_overlap(tmp_path):
     path = str(tmp_path / "health" / "sweep.lock")
-    with sweeper.SweepLock(path):
+    with fleet.SweepLock(path):
         with pytest.raises(SlurmkitError, match=r"another health sweep is running \(pid %d since " % os.getpid()):
-            with sweeper.SweepLock(path):
+            with fleet.SweepLock(path):
                 pass
-    with sweeper.SweepLock(path):           # released: the next one goes ahead
+    with fleet.SweepLock(path):           # released: the next one goes ahead
         pass
 
 
@@ -163,9 +163,9 @@ def test_the_remote_command_and_target(tmp_path):
     cluster = Cluster(name="c", partitions={}, login=LoginNode("login.c", port=2222, user="me",
                                                                identity_file="/k", known_hosts="/kh"))
     info = NodeInfo(name="c1", state="IDLE", addr="10.0.0.7")
-    target = sweeper.node_target(cluster, info, 42.0)
+    target = fleet.node_target(cluster, info, 42.0)
     assert (target.host, target.port, target.user, target.identity_file, target.known_hosts,
             target.command_timeout) == ("10.0.0.7", 2222, "me", "/k", "/kh", 42.0)
     own = cluster._replace(health=ClusterHealth(ssh=HealthSsh(port=22, user="root", known_hosts="/nodes")))
-    target = sweeper.node_target(own, NodeInfo(name="c1", state="IDLE"), 42.0)
+    target = fleet.node_target(own, NodeInfo(name="c1", state="IDLE"), 42.0)
     assert (target.host, target.port, target.user, target.known_hosts) == ("c1", 22, "root", "/nodes")

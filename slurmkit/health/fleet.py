@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from slurmkit.errors import RemoteError, SlurmkitError, SlurmUnavailableError, UsageError
 from slurmkit.health import ownership, plan as plans, slurmside
-from slurmkit.health.results import NodeReport
+from slurmkit.health.findings import NodeReport
 from slurmkit.cache import state_dir
 
 HEALTHY, UNHEALTHY, UNREACHABLE, ERROR, SKIPPED = "healthy", "unhealthy", "unreachable", "error", "skipped"
