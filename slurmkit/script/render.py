@@ -569,7 +569,66 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     ``layout`` (a :class:`slurmkit.script.topology.ClusterLayout`) is needed only for
     ``comm='heavy'`` without an explicit ``spec.switches``; when given, its
     ``max_switch_wait`` caps the wait of ``--switches``.
+
+    In order: the request itself (:func:`_check_request`), the template, the
+    fit on the partition, the switches (:func:`_switch_request`), the tasks
+    per node (:func:`_task_shape`), the environment (:func:`_job_environment`),
+    then the template rendered and checked (:func:`_checked_script`).
     """
+    _check_request(spec)
+    template_name = spec.template or site.defaults.template
+    templates = available_templates(site)
+    if template_name not in templates:
+        raise UsageError("unknown template %r; choose one of: %s" % (template_name, ", ".join(sorted(templates))))
+    gpus = partition.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
+    time = spec.time or site.defaults.time
+    check_fit(spec, partition, cluster, gpus, time)
+    if template_name == "single" and spec.nodes != 1:
+        raise UsageError("template 'single' runs one process on one node; use --nodes 1 or template 'srun'")
+    if template_name == "single" and (spec.procs_per_node or 1) > 1:
+        raise UsageError("template 'single' runs one process; for --procs-per-node %d use template 'torchrun' "
+                         "or 'srun'" % spec.procs_per_node)
+    warnings = collective.lint(partition, "partition %s" % partition.name)
+    if times.is_zero(time):
+        warnings.append("--time=%s is no time limit to Slurm (not zero minutes); the job runs until it ends"
+                        % time)
+    switches, wait, constraint = _switch_request(site, cluster, partition, spec, layout, warnings)
+    workers, ntasks, task_cpus = _task_shape(template_name, spec, cluster, partition, gpus, warnings)
+    launch = launcher_command(spec.command)
+    if template_name == "torchrun" and launch.problem:
+        raise UsageError(launch.problem)
+    # `python train.py` is job "train", not "python".
+    name = spec.name or launch.name
+    fabric_env, user_exports, requeue_exports, user_sets = _job_environment(spec, partition, template_name, warnings)
+    lo, hi = site.rendezvous_ports
+    context = {
+        "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
+        "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches, "switch_wait": wait,
+        "task_cpus": task_cpus,
+        "directives": [Trusted(d) for d in build_directives(
+            site, cluster, partition, spec, name=name, gpus=gpus, time=time,
+            ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus,
+            constraint=constraint)],
+        "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
+        "fabric_exports": _exports(fabric_env, "site config"),
+        "user_exports": user_exports, "user_sets": user_sets, "requeue_exports": requeue_exports,
+        "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
+        "launch": launch,
+        "launch_args": Trusted(" ".join(shell_quote(a) for a in launch.args)),
+        "launch_prefix": Trusted("" if launch.runs_python else "--no-python "),
+        "nproc_per_node": workers,
+        "rdzv_ports": (lo, hi),
+    }
+    script = _checked_script(site, template_name, context, spec, user_exports, constraint)
+    warnings.extend(user_sets.warnings)
+    return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
+                       cluster=cluster.name, partition=partition.name, switches=switches,
+                       switch_wait=wait, output=spec.output or output_file_name(name), name=name,
+                       constraint=constraint)
+
+
+def _check_request(spec: JobSpec) -> None:
+    """What the request alone can get wrong: no command, an unknown --comm, --switches without heavy."""
     if not spec.command:
         raise UsageError("no command given; put it after '--', e.g. slurmkit submit -- python train.py")
     if not spec.command[0].strip():
@@ -580,47 +639,40 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         # Light jobs ask for no switch count: --switches would vanish without a word.
         raise UsageError("--switches %d applies to --comm heavy only; add --comm heavy, or leave --switches out"
                          % spec.switches)
-    template_name = spec.template or site.defaults.template
-    templates = available_templates(site)
-    if template_name not in templates:
-        raise UsageError("unknown template %r; choose one of: %s" % (template_name, ", ".join(sorted(templates))))
-    gpus = partition.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
-    time = spec.time or site.defaults.time
-    check_fit(spec, partition, cluster, gpus, time)
-    zero_time = times.is_zero(time)
-    if template_name == "single" and spec.nodes != 1:
-        raise UsageError("template 'single' runs one process on one node; use --nodes 1 or template 'srun'")
-    if template_name == "single" and (spec.procs_per_node or 1) > 1:
-        raise UsageError("template 'single' runs one process; for --procs-per-node %d use template 'torchrun' "
-                         "or 'srun'" % spec.procs_per_node)
-    warnings = collective.lint(partition, "partition %s" % partition.name)
-    if zero_time:
-        warnings.append("--time=%s is no time limit to Slurm (not zero minutes); the job runs until it ends"
-                        % time)
-
     if spec.constraint is not None and (not spec.constraint.strip() or spec.constraint != spec.constraint.strip()):
         raise UsageError("--constraint %r: give node features such as a100 or a100&ib, without surrounding "
                          "spaces" % spec.constraint)
-    switches = None
-    wait = None
-    constraint = spec.constraint
-    if spec.comm == "heavy":
-        if spec.switches is not None:
-            switches = spec.switches
-        elif layout is not None:
-            from slurmkit.script import topology
 
-            switches = topology.switches_for(layout, partition.name, spec.nodes)
-        else:
-            raise UsageError("--comm heavy needs the cluster's topology; it could not be read, "
-                             "so give the leaf switch count with --switches N")
-        if switches is not None:
-            wait, capped = switch_wait(site, cluster, layout)
-            if capped:
-                warnings.append(capped)
-            constraint, group_warnings = group_constraint(cluster, partition, spec, switches, layout)
-            warnings.extend(group_warnings)
 
+def _switch_request(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, layout,
+                    warnings: List[str]) -> Tuple[Optional[int], Optional[str], Optional[str]]:
+    """(switches, their wait, the constraint with its switch group) of a ``--comm heavy`` job; a light
+    job's is (None, None, its own constraint)."""
+    if spec.comm != "heavy":
+        return None, None, spec.constraint
+    if spec.switches is not None:
+        switches = spec.switches
+    elif layout is not None:
+        from slurmkit.script import topology
+
+        switches = topology.switches_for(layout, partition.name, spec.nodes)
+    else:
+        raise UsageError("--comm heavy needs the cluster's topology; it could not be read, "
+                         "so give the leaf switch count with --switches N")
+    if switches is None:
+        return None, None, spec.constraint
+    wait, capped = switch_wait(site, cluster, layout)
+    if capped:
+        warnings.append(capped)
+    constraint, group_warnings = group_constraint(cluster, partition, spec, switches, layout)
+    warnings.extend(group_warnings)
+    return switches, wait, constraint
+
+
+def _task_shape(template_name: str, spec: JobSpec, cluster: Cluster, partition: Partition, gpus: int,
+                warnings: List[str]) -> Tuple[int, int, Optional[int]]:
+    """(workers per node, Slurm tasks per node, CPUs per task) for the template, checked against the
+    partition's CPUs."""
     # Workers per node: one per GPU unless --procs-per-node says otherwise.
     workers = spec.procs_per_node or max(gpus, 1)
     if gpus and workers > gpus:
@@ -644,11 +696,12 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         raise JobDoesNotFitError(
             "template %s starts %d tasks per node x %d CPUs each, but partition %s on cluster %s has %d CPUs per node"
             % (template_name, ntasks, task_cpus or 1, partition.name, cluster.name, partition.cpus_per_node))
-    launch = launcher_command(spec.command)
-    if template_name == "torchrun" and launch.problem:
-        raise UsageError(launch.problem)
-    # `python train.py` is job "train", not "python".
-    name = spec.name or launch.name
+    return workers, ntasks, task_cpus
+
+
+def _job_environment(spec: JobSpec, partition: Partition, template_name: str, warnings: List[str]):
+    """(the fabric's variables, the --env exports, the requeue daemon's exports, the --env settings the
+    template's shell must keep) of the job."""
     fabric_env = collective.collective_env(partition)
     for key in spec.env:
         if key in fabric_env and fabric_env[key] != spec.env[key]:
@@ -664,44 +717,27 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         if spec.resume_from:
             requeue_env["SLURMKIT_RESUME_FROM"] = spec.resume_from
         requeue_exports = _exports(requeue_env, "requeue")
-    user_sets = _UserEnv(spec.env, template_name)
-    lo, hi = site.rendezvous_ports
-    context = {
-        "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
-        "gpus_per_node": gpus, "ntasks_per_node": ntasks, "switches": switches, "switch_wait": wait,
-        "task_cpus": task_cpus,
-        "directives": [Trusted(d) for d in build_directives(
-            site, cluster, partition, spec, name=name, gpus=gpus, time=time,
-            ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus,
-            constraint=constraint)],
-        "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
-        "fabric_exports": _exports(fabric_env, "site config"),
-        "user_exports": user_exports, "user_sets": user_sets, "requeue_exports": requeue_exports,
-        "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
-        "launch": launch,
-        "launch_args": Trusted(" ".join(shell_quote(a) for a in launch.args)),
-        "launch_prefix": Trusted("" if launch.runs_python else "--no-python "),
-        "nproc_per_node": workers,
-        "rdzv_ports": (lo, hi),
-    }
+    return fabric_env, user_exports, requeue_exports, _UserEnv(spec.env, template_name)
+
+
+def _checked_script(site: Site, template_name: str, context: dict, spec: JobSpec, user_exports,
+                    constraint: Optional[str]) -> str:
+    """The template rendered, checked (the --env values survive, every directive reaches sbatch, one
+    constraint), and ended with the trailer."""
+    from slurmkit.slurm.commands import SCRIPT_TRAILER
+
     script = _render_template(site, template_name, context)
     _check_env_survives(script, user_exports, spec.env, template_name)
     _check_directives_reach_sbatch(script, context["directives"], template_name)
     if constraint:
         _check_one_constraint(script, "--constraint=" + sbatch_quote(constraint), template_name)
-    warnings.extend(user_sets.warnings)
-    from slurmkit.slurm.commands import SCRIPT_TRAILER
-
     # Every script ends with the trailer (also from a site's own templates): the
     # submit-once wrapper uses it to detect a script truncated in transit.
     if not script.endswith("\n"):
         script += "\n"
     if not script.endswith(SCRIPT_TRAILER + "\n"):
         script += SCRIPT_TRAILER + "\n"
-    return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
-                       cluster=cluster.name, partition=partition.name, switches=switches,
-                       switch_wait=wait, output=spec.output or output_file_name(name), name=name,
-                       constraint=constraint)
+    return script
 
 
 def _render_template(site: Site, template_name: str, context: dict) -> str:
