@@ -67,7 +67,6 @@ COMM_MODES = ("heavy", "light")
 # An interpreter by name or path: python, python3, python3.11, /opt/venv/bin/python.
 _PYTHON_RE = re.compile(r"python[0-9.]*", re.ASCII)
 _UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _SBATCH_PLAIN_RE = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+", re.ASCII)
 # A --constraint slurmkit can add a switch group to: node features joined by
@@ -75,13 +74,6 @@ _SBATCH_PLAIN_RE = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+", re.ASCII)
 # user's own would change meaning once combined.
 _FEATURE_AND_RE = re.compile(r"[A-Za-z0-9_.+-]+(?:&[A-Za-z0-9_.+-]+)*", re.ASCII)
 _CONSTRAINT_DIRECTIVE_RE = re.compile(r"#SBATCH\s+(?:--constraint(?:=|\s)|-C)")
-# Slurm sets these for the job and its steps read them: SLURM_JOB_ID=7 in the
-# script sends every srun step into job 7, SLURM_NTASKS changes its shape.
-_SLURM_ENV_PREFIXES = ("SLURM_", "SLURMD_")
-# The job script's own bash reads these: IFS breaks its word splitting,
-# SHELLOPTS/BASHOPTS are read-only (the export would kill the script),
-# BASH_ENV and ENV run a file in every bash the script starts.
-_SHELL_ENV = ("IFS", "SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "BASH_XTRACEFD", "PS4", "POSIXLY_CORRECT")
 # The #SBATCH option each directive comes from on slurmkit's command line, for messages.
 _OPTION_OF = {"--job-name": "--job-name/-J", "--partition": "--partition/-p", "--time": "--time/-t",
               "--account": "--account/-A", "--qos": "--qos/-q", "--output": "--output/-o",
@@ -156,18 +148,13 @@ class Launch(NamedTuple):
 
 
 def check_env_name(key: str, source: str = "--env") -> None:
-    """Refuse a variable name the job cannot be given (UsageError, prefixed with ``source`` when given)."""
-    prefix = "%s: " % source if source else ""
-    if not _ENV_NAME_RE.fullmatch(key):
-        raise UsageError("%s%r is not a valid environment variable name (letters, digits and '_', not "
-                         "starting with a digit)" % (prefix, key))
-    if key.startswith(_SLURM_ENV_PREFIXES):
-        raise UsageError("%s%s is set by Slurm for the job; a value of your own would send its srun steps "
-                         "into another job or change their shape: use the matching slurmkit option instead"
-                         % (prefix, key))
-    if key in _SHELL_ENV:
-        raise UsageError("%s%s is read by the job script's own shell, which it would break; set it inside "
-                         "your program instead" % (prefix, key))
+    """Refuse a variable name the job cannot be given (:func:`slurmkit.envnames.problem`; UsageError,
+    prefixed with ``source`` when given)."""
+    from slurmkit import envnames
+
+    why = envnames.problem(key)
+    if why:
+        raise UsageError("%s%s" % ("%s: " % source if source else "", why))
 
 
 def sbatch_quote(value, option: str = "") -> str:
@@ -473,10 +460,7 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
 def _exports(env: Dict[str, str], source: str) -> List[Trusted]:
     lines = []
     for key, value in env.items():
-        if source == "--env":
-            check_env_name(key, source)
-        elif not _ENV_NAME_RE.fullmatch(key):
-            raise UsageError("%s: %r is not a valid environment variable name" % (source, key))
+        check_env_name(key, source)
         lines.append(Trusted("export %s=%s" % (key, shell_quote(value))))
     return lines
 

@@ -92,7 +92,6 @@ def is_unlimited(text):
 # Matched whole (fullmatch) in ASCII: "^...$" lets a trailing newline through
 # (a site name "local\n" broke the script header), "\d" takes any digits.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*", re.ASCII)
-_ENV_RE = re.compile(r"[A-Z_][A-Z0-9_]*", re.ASCII)
 _HOURS_RE = re.compile(r"([0-9]{1,2})-([0-9]{1,2})", re.ASCII)
 # [user@]host[:port], several hops separated by commas (ssh -J syntax).
 
@@ -106,9 +105,15 @@ def check_name(value):
 
 
 def check_env_name(value):
-    if not _ENV_RE.fullmatch(value):
-        return "%r is not a valid environment variable name (must match ^[A-Z_][A-Z0-9_]*$)" % value
-    return None
+    """A fabric ``env`` name: the rule of ``--env`` (:func:`slurmkit.envnames.problem`), since both are
+    exported by the job script, and upper case: the collective libraries read only upper-case names, so
+    a site's ``nccl_debug`` is a typo that would silently do nothing."""
+    from slurmkit import envnames
+
+    why = envnames.problem(value)
+    if why is None and value != value.upper():
+        why = "%r is not a valid environment variable name for a site (must match ^[A-Z_][A-Z0-9_]*$)" % value
+    return why
 
 
 def check_proxy_jump(value):
@@ -396,7 +401,8 @@ FABRIC = {
         "env": {"type": "map_of", "key_checker": check_env_name,
                 "values": {"type": "one_of",
                            "alternatives": [{"type": "str"}, {"type": "number", "as_text": True}]},
-                "doc": "extra environment variables for the job, values strings or numbers"},
+                "doc": "extra environment variables for the job, values strings or numbers; upper-case names, "
+                       "and not SLURM_* nor the job shell's own (IFS, BASH_ENV, ...), as for --env"},
     },
     "checker": check_fabric,
 }

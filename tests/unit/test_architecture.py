@@ -162,6 +162,8 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
     # sweep sits on jobs, federation, script, slurm and requeue (its state directory, spec helpers)
     ("requeue", ("cli", "sweep")),
     ("health", ("cli", "sweep")),
+    ("envnames", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
+                  "sweep")),
     ("clusterfiles", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("session", ("sweep",)),
     ("results", ("sweep",)),

@@ -716,3 +716,21 @@ def test_pure_python_parser_reports_the_same(tmp_path, monkeypatch):
     with_c = run()
     monkeypatch.setattr(loader, "_YamlLoader", yaml.SafeLoader)
     assert run() == with_c
+
+
+@pytest.mark.parametrize("name,needle", [("SLURM_NTASKS", "is set by Slurm for the job"),
+                                         ("BASH_ENV", "is read by the job script's own shell"),
+                                         ("9LIVES", "is not a valid environment variable name")])
+def test_a_fabric_env_name_follows_the_rule_of_env(tmp_path, name, needle):
+    # A site's fabric env and a user's --env are both exported by the job script: one rule for both.
+    from slurmkit import envnames
+    from slurmkit.script.render import check_env_name
+
+    path = tmp_path / "site.yaml"
+    path.write_text("site: t\nclusters:\n  c:\n    partitions:\n      cpu:\n        accelerator: none\n"
+                    "        cpus_per_node: 2\n        fabric:\n          env:\n            %s: '1'\n" % name)
+    with pytest.raises(ConfigError, match=needle):
+        load_site(str(path))
+    with pytest.raises(UsageError, match="--env: .*" + needle):
+        check_env_name(name)
+    assert envnames.problem("my_setting") is None and envnames.problem("NCCL_DEBUG") is None   # --env takes both
