@@ -45,16 +45,16 @@ unit: venv
 
 # pyslurm for the installed Slurm release, from the upstream sources in shared/
 # beside the repository (PyPI only has 25.11); the wheel is cached for the
-# whole machine in $(SLURMKIT_CACHE)/pyslurm (a build takes 2-3 minutes on two
+# whole machine in $(SLURMKIT_CACHE_DIR)/pyslurm (a build takes 2-3 minutes on two
 # cores; a fresh clone reuses it), so only the first run builds.  Where no
 # source matches the Slurm release it says so and installs nothing (slurmkit
 # uses the commands).  After install-system: the Slurm release decides which
-# source to build.  SLURMKIT_CACHE also keeps the Debian roots of
+# source to build.  SLURMKIT_CACHE_DIR also keeps the Debian roots of
 # `make test-releases` (scripts/releases/lib.sh).
-SLURMKIT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/slurmkit
-export SLURMKIT_CACHE
+SLURMKIT_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/slurmkit
+export SLURMKIT_CACHE_DIR
 PYSLURM_VENDOR ?= $(CURDIR)/../shared/vendor/pyslurm
-PYSLURM_CACHE ?= $(SLURMKIT_CACHE)/pyslurm
+PYSLURM_CACHE ?= $(SLURMKIT_CACHE_DIR)/pyslurm
 
 pyslurm: venv install-system
 	@bash scripts/pyslurm-wheel.sh $(PY) $(PYSLURM_VENDOR) $(PYSLURM_CACHE)
@@ -125,7 +125,7 @@ $(VENV)/.installed-train: $(VENV)/.installed Makefile
 test: venv-train
 
 # The suite against the other Slurm releases, each inside its own Debian root
-# (debootstrap; made once into $(SLURMKIT_CACHE)/releases and reused) with its own clusters
+# (debootstrap; made once into $(SLURMKIT_CACHE_DIR)/releases and reused) with its own clusters
 # in a private network, then the mixed-release federation's tests.  Prints each
 # release's pytest summary line.  See scripts/releases/test-releases.sh.
 TEST_RELEASES ?= 24.11 26.05 mixed

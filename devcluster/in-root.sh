@@ -109,7 +109,7 @@ cwd=/
 case "$PWD/" in "$repo"/*) cwd=$PWD ;; esac
 # The host's cache locations mean nothing inside: a root keeps its own (pyslurm
 # wheels built for its Slurm in its ~/.cache/slurmkit).
-run=(env -u VIRTUAL_ENV -u PYTHONPATH -u PYTHONHOME -u SLURMKIT_CACHE -u PYSLURM_CACHE -u XDG_CACHE_HOME HOME=/root
+run=(env -u VIRTUAL_ENV -u PYTHONPATH -u PYTHONHOME -u SLURMKIT_CACHE_DIR -u PYSLURM_CACHE -u XDG_CACHE_HOME HOME=/root
      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
      chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@")
 if [ "$net" = 0 ]; then

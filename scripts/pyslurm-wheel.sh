@@ -22,7 +22,7 @@ set -euo pipefail
 py=${1:?usage: $0 VENV_PYTHON [VENDOR_DIR [CACHE_DIR]]}
 here=$(cd "$(dirname "$0")/.." && pwd)
 vendor=${2:-$here/../shared/vendor/pyslurm}
-cache=${3:-${PYSLURM_CACHE:-${SLURMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}/pyslurm}}
+cache=${3:-${PYSLURM_CACHE:-${SLURMKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}/pyslurm}}
 
 say() { echo "pyslurm: $*"; }
 

@@ -2,7 +2,7 @@
 #
 # A release is MAJOR.MINOR.  host: this machine's own Slurm (root /).  The
 # others live in Debian roots, one per suite, kept for the whole machine in
-# $RELEASES_ROOTS (default $SLURMKIT_CACHE/releases, SLURMKIT_CACHE default
+# $RELEASES_ROOTS (default $SLURMKIT_CACHE_DIR/releases, SLURMKIT_CACHE_DIR default
 # ${XDG_CACHE_HOME:-~/.cache}/slurmkit): a fresh clone reuses them (making one
 # costs 80-90 s and 0.8-1 GB), and one made from other packages is made again
 # (mkroot.sh's stamp).  Each clone keeps its own per-root state under
@@ -17,8 +17,8 @@
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RELEASES_DIR=${RELEASES_DIR:-$repo/.cache/releases}
-SLURMKIT_CACHE=${SLURMKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
-RELEASES_ROOTS=${RELEASES_ROOTS:-$SLURMKIT_CACHE/releases}
+SLURMKIT_CACHE_DIR=${SLURMKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
+RELEASES_ROOTS=${RELEASES_ROOTS:-$SLURMKIT_CACHE_DIR/releases}
 in_root="$repo/devcluster/in-root.sh"
 
 # The host's Slurm release, MAJOR.MINOR (Debian's package database: Slurm 22.05's
