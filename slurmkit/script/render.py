@@ -45,22 +45,39 @@ def _builtin_templates() -> str:
 
 BUILTIN_TEMPLATES = _builtin_templates()
 _PART_COMMENT_RE = re.compile(r"\A\{#.*?#\}\n", re.S)
-_parts: Dict[str, str] = {}
+_parts: Dict[Tuple[str, int, int], str] = {}
 
 
-def script_part(name: str) -> str:
-    """A built-in template part that is plain bash after its first ``{# ... #}`` comment (the supervise
-    loop, ``_supervise.sh.j2``), as Jinja renders it for the templates that include it.  Read without
-    Jinja, so a sweep's array script, built around an already rendered (cached) job, does not load it."""
-    if name not in _parts:
+def script_part(name: str, site: Optional[Site] = None) -> str:
+    """A template part that is plain bash after its first ``{# ... #}`` comment (the supervise
+    loop, ``_supervise.sh.j2``), as Jinja renders it for the templates that include it: found the
+    way Jinja's include finds it, in the site's template directories first, then the built-ins, so
+    a site that overrides the part changes every script that runs it (a sweep's array script too).
+    Read without Jinja, so a sweep's array script, built around an already rendered (cached) job,
+    does not load it."""
+    path = next((os.path.join(d, name) for d in template_dirs(site) if os.path.lexists(os.path.join(d, name))),
+                os.path.join(BUILTIN_TEMPLATES, name))
+    try:
+        stamp = os.stat(path)
+    except OSError as exc:
+        raise ConfigError("template part %s: cannot read: %s" % (path, exc.strerror or exc)) from None
+    # Keyed as Jinja's loader checks a template (path and modification time): a daemon that runs
+    # for weeks sees a part the site changed.
+    key = (path, stamp.st_mtime_ns, stamp.st_size)
+    if key not in _parts:
         from slurmkit import textfile
 
-        path = os.path.join(BUILTIN_TEMPLATES, name)
-        text = _PART_COMMENT_RE.sub("", textfile.read_text(path, TEMPLATE_LIMIT), count=1)
+        try:
+            source = textfile.read_text(path, TEMPLATE_LIMIT)
+        except textfile.FileProblem as exc:
+            raise ConfigError("template part %s: %s" % (path, exc)) from None
+        text = _PART_COMMENT_RE.sub("", source, count=1)
         if re.search(r"\{[{%#]", text):
             raise ConfigError("template part %s holds Jinja beyond its first comment; it must be plain bash" % path)
-        _parts[name] = text
-    return _parts[name]
+        _parts[key] = text
+    return _parts[key]
+
+
 COMM_MODES = ("heavy", "light")
 # Patterns are matched whole (fullmatch) and in ASCII: with "^...$" a value
 # ending in a newline matches too, and "\d" takes digits of any script.

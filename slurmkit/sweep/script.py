@@ -30,6 +30,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.script.render import script_part, shell_quote_line
+from slurmkit.site.model import Site
 from slurmkit.slurm.commands import SCRIPT_TRAILER
 from slurmkit.sweep.points import Point, env_name
 
@@ -133,10 +134,10 @@ def _prologue(sweep_id: str, sweep_dir: str, table_file: Optional[Tuple[str, str
     return "\n".join(out) + "\n"
 
 
-def _supervisor(sweep_id: str, canary: Optional[Canary]) -> str:
+def _supervisor(sweep_id: str, canary: Optional[Canary], site: Optional[Site]) -> str:
     """After the task's function: run it as a child that this shell watches and ends as it did."""
     out = [
-        script_part("_supervise.sh.j2").rstrip("\n"),
+        script_part("_supervise.sh.j2", site).rstrip("\n"),
         'if ! mkdir -p -- "$SLURMKIT_CHECKPOINT_DIR"; then',
         '    echo "slurmkit: error: cannot create $SLURMKIT_CHECKPOINT_DIR" >&2',
         "    exit 1",
@@ -212,7 +213,8 @@ def _canary_lines(sweep_id: str, canary: Canary) -> List[str]:
 
 def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, sentinels: Sequence[str],
                  array: str, extra_directives: Sequence[str] = (), table_file: Optional[Tuple[str, str]] = None,
-                 canary: Optional[Canary] = None, template: str = "", checkpoint_sentinel: Optional[str] = None) -> str:
+                 canary: Optional[Canary] = None, template: str = "", checkpoint_sentinel: Optional[str] = None,
+                 site: Optional[Site] = None) -> str:
     """The array's script from the job's rendered script (see the module docstring).
 
     ``table`` is the points table (:func:`points_table`); with ``table_file``,
@@ -220,7 +222,8 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, se
     reads that file instead.  ``array`` is the ``--array`` value.  A job
     rendered for the requeue daemon with ``checkpoint_sentinel`` as its
     checkpoint directory gets each point's own instead (the prologue's
-    ``SLURMKIT_CHECKPOINT_DIR``).
+    ``SLURMKIT_CHECKPOINT_DIR``).  The supervise loop is the one ``site``'s
+    template directories hold, as for the job's own template.
     """
     lines = rendered.split("\n")
     if not _BASH_RE.match(lines[0]):
@@ -255,7 +258,7 @@ def array_script(rendered: str, *, sweep_id: str, sweep_dir: str, table: str, se
         body = body[:-len(SCRIPT_TRAILER) - 1]
     task = "slurmkit_sweep_task() {\n" + body + "}\n"
     before = "\n".join(head) + "\n"
-    after = task + _supervisor(sweep_id, canary)
+    after = task + _supervisor(sweep_id, canary, site)
     if table_file is not None:
         return before + _prologue(sweep_id, sweep_dir, table_file, 0) + after + SCRIPT_TRAILER + "\n"
     skip = before.count("\n") + _prologue(sweep_id, sweep_dir, None, 0).count("\n") + after.count("\n")

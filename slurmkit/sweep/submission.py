@@ -304,7 +304,7 @@ class Submitter:
                 rendered.script, sweep_id=self.sweep.id, sweep_dir=sweep_dir, table=table,
                 sentinels=self.sentinels, array=arr.array_spec(indices, 1 if canary else throttle, facts.limits),
                 extra_directives=extra, table_file=table_file, canary=canary_plan, template=rendered.template,
-                checkpoint_sentinel=self.checkpoint_sentinel)
+                checkpoint_sentinel=self.checkpoint_sentinel, site=self.session.site)
             jobs.check_output_place(self.session, rendered)
             job_id, _ = jobs.submit_once(self.session.backend(cluster), cluster, script, token, look_first=False)
         except SlurmkitError as exc:

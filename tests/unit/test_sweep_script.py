@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from slurmkit.errors import ConfigError
 from slurmkit.script.render import JobSpec
 from slurmkit.slurm import commands
 from slurmkit.slurm.commands import SCRIPT_TRAILER
@@ -34,10 +35,10 @@ def env(tmp_path, monkeypatch):
     journal.close()
 
 
-def submit(tmp_path, journal, command, *, grid=(), points_file=None, config=None, **kw):
+def submit(tmp_path, journal, command, *, grid=(), points_file=None, config=None, site=None, **kw):
     alpha = FakeArraySlurm("alpha", config=config or {})
     spec = JobSpec(command=tuple(command), template="single", gpus_per_node=0, time="00:05:00")
-    report = submission.submit(fake_session(alpha=alpha), submission.SweepRequest(
+    report = submission.submit(fake_session(site, alpha=alpha), submission.SweepRequest(
         spec=spec, grid=list(grid), points_file=points_file, sweep_dir=str(tmp_path / "sweep"), **kw), journal)
     return alpha, report
 
@@ -292,3 +293,30 @@ def test_the_supervise_loop_is_written_once_and_every_script_runs_that_one():
     assert render.render(site, cluster, site.partition(cluster, "cpu"), spec).script.count(part) == 1   # Jinja's
     assert "slurmkit_supervise" not in render.render(site, cluster, site.partition(cluster, "cpu"),
                                                      spec._replace(checkpoint_dir=None, attempt=None)).script
+
+
+def test_a_sites_own_supervise_loop_is_the_one_its_sweep_tasks_run(env):
+    # Jinja's include finds a site's _supervise.sh.j2 before the built-in one: the array script,
+    # which reads the part without Jinja, must find the same file, or a site's change (here: a
+    # line that records each supervised start) reaches its jobs but not its sweeps.
+    from slurmkit.script import render
+    from slurmkit.testing import fake_site
+
+    tmp_path, journal = env
+    own = tmp_path / "site-templates"
+    own.mkdir()
+    with open(os.path.join(render.BUILTIN_TEMPLATES, "_supervise.sh.j2"), encoding="utf-8") as f:
+        builtin = f.read()
+    marker = tmp_path / "supervised"
+    (own / "_supervise.sh.j2").write_text(builtin.replace(
+        "slurmkit_supervise() {\n", "slurmkit_supervise() {\n    echo \"site loop: $3\" >>%s\n" % marker, 1))
+    site = fake_site("alpha")._replace(template_dirs=(str(own),))
+    alpha, _ = submit(tmp_path, journal, ["echo", "{x}"], grid=["x=1,2"], site=site)
+    (array,) = alpha.arrays.values()
+    assert [run_task(tmp_path, array.script, i, array.job_id).returncode for i in range(2)] == [0, 0]
+    assert marker.read_text().splitlines() == ["site loop: slurmkit_sweep_task"] * 2
+    assert (point_dir(tmp_path, array.script, 1) / "output.log").read_text().splitlines()[-1] == "2"
+
+    (own / "_supervise.sh.j2").write_text("{# a part #}\nslurmkit_supervise() { {{ oops }}; }\n")
+    with pytest.raises(ConfigError, match="_supervise.sh.j2 holds Jinja beyond its first comment; it must be plain"):
+        submit(tmp_path, journal, ["echo", "{x}"], grid=["x=3"], site=site, name="other")
