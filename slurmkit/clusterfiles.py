@@ -15,7 +15,7 @@ may not exist yet return None or an empty text instead.
 """
 
 import os
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 # Writes standard input to "$1" atomically (a temporary file, then a rename), creating its directory.
 _PUT_SCRIPT = 'set -e; umask 077; mkdir -p -- "$(dirname -- "$1")"; cat > "$1.tmp.$$"; mv -f -- "$1.tmp.$$" "$1"'
@@ -68,15 +68,17 @@ def tail(path: str, size: int) -> str:
 
 
 class ClusterFiles:
-    """The file operations of one cluster: ``local`` ones here, the others through ``backend``'s runner
-    (None for a local cluster)."""
+    """The file operations of one cluster: here when no ``runner`` is given, else each one a
+    command through ``runner`` (the connection the cluster's Slurm commands use), whose failure
+    ``checked`` turns into the backend's error (:meth:`slurmkit.slurm.backend.CommandBackend.checked`)."""
 
-    def __init__(self, backend, local: bool):
-        self.backend = backend
-        self.local = local
+    def __init__(self, runner=None, checked: Optional[Callable] = None):
+        self.runner = runner
+        self.checked = checked
+        self.local = runner is None
 
     def _run(self, argv: List[str], what: str, stdin: Optional[str] = None):
-        return self.backend.checked(self.backend.runner.run(argv, stdin=stdin), what)
+        return self.checked(self.runner.run(argv, stdin=stdin), what)
 
     def make_dirs(self, paths: Sequence[str]) -> None:
         if self.local:
@@ -103,7 +105,7 @@ class ClusterFiles:
                     return fh.read()
             except OSError:
                 return None
-        result = self.backend.runner.run(read_file(path))
+        result = self.runner.run(read_file(path))
         return result.stdout if result.ok else None
 
     def tails(self, paths: Iterable[str], size: int) -> Dict[str, str]:
@@ -111,7 +113,9 @@ class ClusterFiles:
         paths = sorted(paths)
         if self.local:
             return {path: tail(path, size) for path in paths}
-        return parse_tails(self.backend.runner.run(tails(paths, size)).stdout)
+        # A tail is a courtesy (the last lines of a failed point's log, shown beside its exit status):
+        # a failed command is what was printed so far, never an error of the status it completes.
+        return parse_tails(self.runner.run(tails(paths, size)).stdout)
 
     def remove(self, paths: Sequence[str]) -> None:
         """Remove files that may be absent; a failure to remove one is not reported."""
@@ -122,4 +126,4 @@ class ClusterFiles:
                 except OSError:
                     pass
         elif paths:
-            self.backend.runner.run(remove_files(paths))
+            self.runner.run(remove_files(paths))

@@ -43,8 +43,9 @@ class Session:
         from slurmkit.clusterfiles import ClusterFiles
 
         if reach(self.site.cluster(cluster_name)) == "local":
-            return ClusterFiles(None, local=True)        # plain file operations: no backend to open
-        return ClusterFiles(self.backend(cluster_name), local=False)
+            return ClusterFiles()                        # plain file operations: no backend to open
+        backend = self.backend(cluster_name)
+        return ClusterFiles(backend.runner, backend.checked)
 
     def layout(self, cluster: Cluster, refresh: bool = False, nodes=None):
         """The cluster's switch layout, from the on-disk cache when fresh (read once per session).

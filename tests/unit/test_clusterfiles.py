@@ -15,7 +15,8 @@ from slurmkit.slurm.runner import LocalRunner
 
 
 def both():
-    return [ClusterFiles(None, local=True), ClusterFiles(CommandBackend(LocalRunner(), "alpha"), local=False)]
+    backend = CommandBackend(LocalRunner(), "alpha")
+    return [ClusterFiles(), ClusterFiles(backend.runner, backend.checked)]
 
 
 @pytest.mark.parametrize("files", both(), ids=["here", "login node"])
