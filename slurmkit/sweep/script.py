@@ -26,7 +26,7 @@ it is written; bash never evaluates a value, it only assigns it.
 import hashlib
 import re
 import shlex
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.script.render import script_part, shell_quote_line
@@ -87,6 +87,16 @@ def points_table(rows: Sequence[Row], names: Sequence[str]) -> str:
         lines[index] = "%d slurmkit_sweep_point=%s;%s slurmkit_sweep_words=(%s)" % (
             index, row.point.id, " export %s;" % exports if exports else "", words)
     return "\n".join(lines) + "\n"
+
+
+_ROW_RE = re.compile(r"(?m)^(\d+) slurmkit_sweep_point=(\w+);(.*)$")
+
+
+def table_rows(text: str) -> Dict[int, Tuple[str, str]]:
+    """{index: (point id, the rest of its row)} from a points table (:func:`points_table`), alone or
+    inside an array's script: what a task reads of its own row, for tests and tools that inspect a
+    sweep."""
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in _ROW_RE.finditer(text)}
 
 
 def table_digest(text: str) -> str:

@@ -248,7 +248,7 @@ ARRAY = "#!/bin/sh\n#SBATCH --job-name=sweep\n#SBATCH --array=0-4\n#SBATCH --com
 
 
 def test_array_tasks_of_many_arrays_are_one_squeue_and_forgotten_ones_one_sacct():
-    from slurmkit.sweep.testing import FakeArraySlurm
+    from slurmkit.testing import FakeArraySlurm
 
     slurm = FakeArraySlurm("alpha", accounting=True)
     first, second = slurm.submit(ARRAY), slurm.submit(ARRAY)
@@ -270,7 +270,7 @@ def test_array_tasks_of_many_arrays_are_one_squeue_and_forgotten_ones_one_sacct(
 
 
 def test_array_task_updates_are_one_scontrol_and_a_refusal_says_which():
-    from slurmkit.sweep.testing import FakeArraySlurm
+    from slurmkit.testing import FakeArraySlurm
 
     slurm = FakeArraySlurm("alpha")
     array = slurm.submit(ARRAY)

@@ -14,7 +14,8 @@ from slurmkit.sweep import actions, submission
 from slurmkit.sweep import state
 from slurmkit.sweep.autorequeue import SweepDaemon
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm, table_rows
+from slurmkit.sweep.script import table_rows
+from slurmkit.testing import FakeArraySlurm
 from slurmkit.sweep.tracked import point_of
 from slurmkit.testing import fake_session
 

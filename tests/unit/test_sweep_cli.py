@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from slurmkit.sweep.testing import FakeArraySlurm
+from slurmkit.testing import FakeArraySlurm
 
 from harness import one_error_line, run_main
 

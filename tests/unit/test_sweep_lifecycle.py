@@ -1,4 +1,4 @@
-"""Sweeps against fake clusters that run job arrays (slurmkit.sweep.testing.FakeArraySlurm):
+"""Sweeps against fake clusters that run job arrays (slurmkit.testing.FakeArraySlurm):
 splitting within the limits, one query per cluster, reruns that never renumber, resubmission of an
 edited grid, cancel, throttle, several clusters, canary, lost answers."""
 
@@ -11,7 +11,8 @@ from slurmkit.script.render import JobSpec
 from slurmkit.sweep import actions, submission
 from slurmkit.sweep import state
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm, table_rows, tasks_by_index
+from slurmkit.sweep.script import table_rows
+from slurmkit.testing import FakeArraySlurm, tasks_by_index
 from slurmkit.testing import fake_session, fake_site
 
 COMMAND = ("python3", "train.py", "--seed", "{seed}")

@@ -18,7 +18,8 @@ from slurmkit.sweep import submission
 from slurmkit.sweep import state
 from slurmkit.sweep import script as sweep_script
 from slurmkit.sweep.journal import Journal
-from slurmkit.sweep.testing import FakeArraySlurm, table_rows
+from slurmkit.sweep.script import table_rows
+from slurmkit.testing import FakeArraySlurm
 from slurmkit.testing import fake_session
 
 PRINT_ARGV = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "

@@ -1,45 +1,11 @@
-"""Test doubles for code that talks to Slurm: :class:`FakeSlurm` and :class:`FakeClock`.
-
-Importable from any test suite, slurmkit's own and its users': nothing here
-imports pytest, runs a real Slurm command, opens a connection or sleeps.
-
-:class:`FakeSlurm` is a real :class:`~slurmkit.slurm.backend.CommandBackend`
-whose :class:`~slurmkit.slurm.runner.Runner` is fake.  Every command the
-backend builds is answered with text in the shapes Slurm 22.05 prints
-(``squeue --json``, ``sacct --parsable2``, ``scontrol show node``/``config``,
-``sbatch --parsable``, the error lines), so the real parsers run on every
-answer.  The shapes are copied from recordings made on the dev clusters
-(``tests/unit/data/slurm``); slurmkit's own tests check that the two agree.
-Behind the answers is a small job and node table that the test drives::
-
-    slurm = FakeSlurm("alpha", nodes=["an1", "an2"], accounting=True)
-    job = slurm.submit(script)                  # "1000", then "1001", ...
-    slurm.set_state(job, "RUNNING")             # on an1, started now
-    slurm.finish(job, "FAILED", exit_code=3)
-    slurm.forget(job)                           # squeue no longer knows it; sacct does
-    slurm.fail_next("submit", ConnectTimeoutError("lost").outcome_unknown())
-    slurm.calls                                 # [Call("submit", (script,)), ...]
-    slurm.commands                              # every argv run: the RPC count (.timeouts: their timeouts)
-
-``fail_next(method, error)`` makes the next call of that method raise
-``error``; an error marked ``outcome_unknown()`` is raised *after* the call
-took effect (the job exists, its answer was lost), which is exactly the case
-retries must survive.  ``answer(argv_prefix, ...)`` overrides what a command
-prints, e.g. to replay a recording verbatim (:func:`load_recording`).
-
-:class:`FakeClock` has ``monotonic()``, ``time()`` and ``sleep()``; sleeping
-only advances virtual time (and runs what was scheduled with ``call_at``).
-
-:func:`fake_site` and :func:`fake_session` build a small site of clusters
-served by FakeSlurm backends.
-"""
+"""FakeSlurm: a cluster in memory behind the real command backend (see :mod:`slurmkit.testing`)."""
 
 import getpass
 import json
 import threading
 import time
 from datetime import datetime
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError
 from slurmkit.slurm import commands
@@ -47,70 +13,7 @@ from slurmkit.slurm.parsers import time_limit_text
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm.runner import CommandResult, Runner
 from slurmkit.slurm.types import FINISHED_STATES
-
-__all__ = ["Call", "FakeClock", "FakeSlurm", "FakeJob", "FakeNode", "fake_site", "fake_session",
-           "load_recording", "SQUEUE_JOB_2205"]
-
-
-# --------------------------------------------------------------------------
-# The clock
-# --------------------------------------------------------------------------
-
-class FakeClock:
-    """Virtual time: ``monotonic()`` starts at ``start``, ``time()`` at ``epoch``; ``sleep()`` advances both.
-
-    ``sleeps`` lists every sleep asked for.  ``call_at(t, fn)`` runs ``fn``
-    when monotonic time reaches ``t`` (during a sleep or ``advance``), e.g.
-    to move a job to RUNNING ten seconds into a wait.
-    """
-
-    def __init__(self, start: float = 1000.0, epoch: float = 1796040000.0):
-        self._start = start
-        self._now = start
-        self._epoch = epoch
-        self.sleeps: List[float] = []
-        self._due: List[Tuple[float, int, Callable[[], None]]] = []
-        self._lock = threading.RLock()
-
-    def monotonic(self) -> float:
-        return self._now
-
-    def time(self) -> float:
-        return self._epoch + (self._now - self._start)
-
-    def now(self) -> datetime:
-        """Local wall-clock time, as Slurm's timestamps are."""
-        return datetime.fromtimestamp(self.time())
-
-    def sleep(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("sleep length must be non-negative")
-        self.sleeps.append(seconds)
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            target = self._now + seconds
-            while True:
-                due = sorted((d for d in self._due if d[0] <= target), key=lambda d: (d[0], d[1]))
-                if not due:
-                    break
-                when, order, call = due[0]
-                self._due.remove(due[0])
-                self._now = max(self._now, when)
-                call()
-            self._now = target
-
-    def call_at(self, when: float, call: Callable[[], None]) -> None:
-        """Run ``call`` once monotonic time reaches ``when`` (at once if it has)."""
-        with self._lock:
-            if when <= self._now:
-                call()
-                return
-            self._due.append((when, len(self._due) + len(self.sleeps), call))
-
-    def call_after(self, delay: float, call: Callable[[], None]) -> None:
-        self.call_at(self._now + delay, call)
+from slurmkit.testing.clock import FakeClock
 
 
 # --------------------------------------------------------------------------
@@ -774,48 +677,3 @@ def option_value(argv: Sequence[str], prefix: str) -> str:
 
 def slurm_timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(int(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-# --------------------------------------------------------------------------
-# A site of fake clusters
-# --------------------------------------------------------------------------
-
-def fake_site(*names: str, gpus_per_node: int = 8, gpu_model: str = "h100", max_nodes: Optional[int] = None):
-    """A site of local clusters ``names`` (default: alpha, beta), each with one ``gpu`` partition."""
-    from slurmkit.site.model import Cluster, Defaults, Partition, Site
-
-    names = names or ("alpha", "beta")
-    clusters = {}
-    for name in names:
-        part = Partition(name="gpu", accelerator="nvidia", gpu_model=gpu_model, gpus_per_node=gpus_per_node,
-                         max_nodes=max_nodes)
-        clusters[name] = Cluster(name=name, partitions={"gpu": part}, default_partition="gpu")
-    return Site(name="fake", path="/dev/null", clusters=clusters, defaults=Defaults(cluster=names[0]))
-
-
-def fake_session(site=None, **backends: FakeSlurm):
-    """A Session whose clusters are the given FakeSlurm backends (by cluster name).
-
-    ``fake_session(alpha=FakeSlurm("alpha"), beta=FakeSlurm("beta"))`` builds
-    the site too.  A cluster without a backend raises when used.
-    """
-    from slurmkit.session import Session
-
-    site = site or fake_site(*backends)
-
-    def factory(cluster):
-        if cluster.name not in backends:
-            raise KeyError("no FakeSlurm given for cluster %r" % cluster.name)
-        return backends[cluster.name]
-
-    return Session(site, backend_factory=factory, topology_cache=_NoCache())
-
-
-class _NoCache:
-    """A topology cache that never stores: every session asks its backend."""
-
-    def get(self, key, load):
-        return load()
-
-    def put(self, key, layout):
-        pass

@@ -1,4 +1,4 @@
-"""A FakeSlurm that runs job arrays, for unit tests of sweeps (slurmkit's and users').
+"""FakeArraySlurm: a FakeSlurm that runs job arrays, for unit tests of sweeps (slurmkit's and users').
 
 :class:`FakeArraySlurm` extends :class:`slurmkit.testing.FakeSlurm` with what
 Slurm 22.05 does with ``sbatch --array`` and the commands sweeps use, in the
@@ -27,17 +27,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from slurmkit.slurm.types import FINISHED_STATES
 from slurmkit.slurm.commands import ARRAY_TASK_FIELDS
 from slurmkit.slurm.parsers import parse_array_indices
-from slurmkit.testing import FakeJob, FakeSlurm, slurm_timestamp, option_value
+from slurmkit.testing.fakeslurm import FakeJob, FakeSlurm, option_value, slurm_timestamp
 
 _INVALID_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
-
-
-_ROW_RE = re.compile(r"(?m)^(\d+) slurmkit_sweep_point=(\w+);(.*)$")
-
-
-def table_rows(text: str) -> Dict[int, Tuple[str, str]]:
-    """{index: (point id, the rest of its row)} from an array script's points table (or a table file)."""
-    return {int(m.group(1)): (m.group(2), m.group(3)) for m in _ROW_RE.finditer(text)}
 
 
 class FakeTask(FakeJob):
