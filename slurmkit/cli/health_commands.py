@@ -23,12 +23,6 @@ def health():
     """
 
 
-def _read_plan(source):
-    from slurmkit.health.plan import CheckPlan, read_source
-
-    return CheckPlan.from_json(read_source(source, "check plan"))
-
-
 @health.command("check", context_settings=CONTEXT)
 @site_option
 @cluster_option(help="The node's cluster (default: the one whose slurm_conf is $SLURM_CONF or exists here, "
@@ -67,8 +61,7 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
       slurmkit health check --slurm --site /etc/slurmkit/sites/mysite.yaml
     """
     from slurmkit.errors import SlurmkitError, UsageError
-    from slurmkit.health import node as engine
-    from slurmkit.health.watchdog import Watchdog
+    from slurmkit.health import this_node
 
     if dry_run and not slurm_mode:
         raise UsageError("--dry-run goes with --slurm (a plain check changes nothing anyway)")
@@ -80,44 +73,19 @@ def check(site, cluster, node, partition, as_json, prom_file, slurm_mode, dry_ru
 
         click.echo(relay.main_relay(relay_source))
         return 0
-    applied = None
     if plan_source:
         if slurm_mode or cluster or node or partition:
             raise UsageError("--plan already names the node, cluster and partition; it cannot go with "
                              "--slurm, --cluster, --node or --partition")
-        check_plan = _read_plan(plan_source)
-        with Watchdog(check_plan.check_timeout):
-            report = engine.check_node(check_plan)
+        done = this_node.check_plan(plan_source)
     else:
         from slurmkit.cli.options import require_site
-        from slurmkit.health import plan as plans, slurmside
-        from slurmkit.session import Session
         from slurmkit.site import find_site
 
-        the_site = find_site(require_site(site))
-        with Session(the_site) as session, Watchdog(the_site.health.check_timeout):
-            the_cluster = slurmside.own_cluster(the_site, cluster)
-            name = slurmside.own_node_name(node)
-            info = None
-            if partition:
-                plans.choose_partition(the_cluster, (), partition)   # an unknown one is refused before Slurm
-            # A host check needs no Slurm; accelerator counts (Gres), stray GPU processes (jobs),
-            # the node's own partitions and --slurm do.
-            needs_slurm = slurm_mode or not partition or the_cluster.partitions[partition].accelerator != "none"
-            if needs_slurm:
-                try:
-                    info = slurmside.node_record(session.backend(the_cluster.name), name)
-                except SlurmkitError as exc:
-                    if slurm_mode or not partition or isinstance(exc, UsageError):
-                        raise
-                    warn(["Slurm not asked about %s (%s): its Gres and jobs are not compared" % (name, exc)])
-            part = plans.choose_partition(the_cluster, info.partitions if info else (), partition)
-            check_plan = plans.build(the_site, the_cluster, part, name, info)
-            report = engine.check_node(check_plan)
-            if slurm_mode:
-                applied = slurmside.decide_and_apply(session.backend(the_cluster.name), report,
-                                                     the_site.health.resume_after, the_site.health.drain_cap,
-                                                     dry_run, node_info=info)
+        done = this_node.check_this_node(find_site(require_site(site)), cluster=cluster, node=node,
+                                         partition=partition, slurm=slurm_mode, dry_run=dry_run)
+    warn(done.warnings)
+    report, applied = done.report, done.applied
     if prom_file:
         from slurmkit.health import prom
 

@@ -30,13 +30,9 @@ def main(argv=None) -> int:
             return 0
         if len(args) != 2 or args[0] != "--plan":
             raise UsageError(USAGE)
-        from slurmkit.health import node
-        from slurmkit.health.plan import CheckPlan, read_source
-        from slurmkit.health.watchdog import Watchdog
+        from slurmkit.health.this_node import check_plan
 
-        plan = CheckPlan.from_json(read_source(args[1], "check plan"))
-        with Watchdog(plan.check_timeout):
-            report = node.check_node(plan)
+        report = check_plan(args[1]).report
     except SlurmkitError as exc:
         sys.stderr.write("Error: %s\n" % exc)
         return exc.exit_code
