@@ -64,9 +64,18 @@ export MASTER_PORT
 
 # torchrun as a module of the Python the command names, so the launcher and its workers run in
 # that environment, not in whatever torchrun is first on PATH.  Checked here first: a Python
-# without PyTorch is one line in the output, not a traceback from every node.
+# without PyTorch is one line in the output, not a traceback from every node.  The check finds
+# torch's files without importing it: an import of torch costs seconds (2.5 s on a busy two-core
+# node, far more from a cold network filesystem), on every attempt's way to its first step, and
+# the launcher imports it right after anyway.
 slurmkit_python=python
-if ! slurmkit_error=$("$slurmkit_python" -c 'import torch.distributed.run' 2>&1); then
+if ! slurmkit_error=$("$slurmkit_python" -c 'import os, re
+from importlib.util import find_spec
+spec = find_spec("torch")
+top = list(spec.submodule_search_locations or [""])[0] if spec else ""
+if not os.path.isfile(os.path.join(top, "distributed", "run.py")):
+    raise ModuleNotFoundError("No module named %r" % ("torch.distributed.run" if spec else "torch"))
+' 2>&1); then
     printf 'slurmkit: error: %s cannot run torch.distributed.run (%s); install PyTorch into that environment\n' \
         "$slurmkit_python" "${slurmkit_error##*$'\n'}" >&2
     exit 1

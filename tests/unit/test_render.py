@@ -6,6 +6,7 @@ regenerate them with ``UPDATE_GOLDEN=1 make unit`` and review the diff.
 
 import os
 import subprocess
+import sys
 
 from pathlib import Path
 
@@ -213,6 +214,42 @@ def test_a_python_without_torch_is_one_line_in_the_job_output(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == ("slurmkit: error: %s cannot run torch.distributed.run (ModuleNotFoundError: No module "
                            "named 'torch'); install PyTorch into that environment\n" % fake)
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["plain", "requeue"])
+@pytest.mark.parametrize("files,expected", [
+    (None, "ModuleNotFoundError: No module named 'torch'"),
+    (["distributed/__init__.py"], "ModuleNotFoundError: No module named 'torch.distributed.run'"),
+    (["distributed/run.py", "version.py=__version__ = '2.13.0+cpu'"], "1"),
+    (["distributed/run.py", "version.py=__version__ = '2.1.2'"], "0"),
+    (["distributed/run.py"], "0"),                     # no version.py: torchrun's older way, to be safe
+], ids=["no torch", "no torch.distributed.run", "2.13", "2.1", "no version"])
+def test_the_torch_check_finds_torch_without_importing_it(tmp_path, tracked, files, expected):
+    # The Python runs without its site-packages (-S), so only this torch can be found, and this
+    # torch's import fails: a check that passes read its files instead of importing it.
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    if files is not None:
+        (packages / "torch").mkdir()
+        (packages / "torch" / "__init__.py").write_text("raise SystemExit('torch was imported')\n")
+        for entry in files:
+            name, _, text = entry.partition("=")
+            (packages / "torch" / name).parent.mkdir(parents=True, exist_ok=True)
+            (packages / "torch" / name).write_text(text + "\n")
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
+    python.chmod(0o755)
+    script = _torchrun_script(**(dict(checkpoint_dir="/c", attempt=1) if tracked else {}))
+    check = _snippet(script, "slurmkit_python=", "\nfi\n").replace(VENV_PYTHON, str(python))
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + check + 'echo "launched ${slurmkit_error:-}"'],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(packages)))
+    if expected.startswith("ModuleNotFoundError"):
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr == ("slurmkit: error: %s cannot run torch.distributed.run (%s); install PyTorch into that "
+                               "environment\n" % (python, expected))
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "launched %s\n" % (expected if tracked else "")
 
 
 def _fake_scontrol(tmp_path, lines, status=0):
