@@ -38,11 +38,11 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from slurmkit.errors import ConfigError
-from slurmkit.site import schema
+from slurmkit.site import checkers, schema
 from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
                                  HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
                                  RoceSettings, Site, default_gres_name)
-from slurmkit.site.schema import INVALID
+from slurmkit.site.checkers import INVALID
 
 try:  # the libyaml parser is much faster; both give the same nodes and marks
     from yaml import CSafeLoader as _YamlLoader
@@ -268,10 +268,10 @@ class _Walker(object):
         if "max" in spec and value > spec["max"]:
             self.add(path, _line(node), "must be at most %s, got %s" % (spec["max"], value), node)
             return INVALID
-        checkers = [spec["checker"]] if "checker" in spec else []
+        checks = [spec["checker"]] if "checker" in spec else []
         if kind == "time":
-            checkers.insert(0, schema.check_time)
-        for checker in checkers:
+            checks.insert(0, checkers.check_time)
+        for checker in checks:
             message = checker(value)
             if message:
                 self.add(path, _line(node), message, node)
@@ -568,7 +568,7 @@ def _build_site(value, path):
                   for name, cluster in value["clusters"].items()},
         defaults=Defaults(**{key: defaults[key] for key in schema.DEFAULTS["keys"] if key in defaults}),
         max_switch_wait=value["topology"]["max_switch_wait"],
-        rendezvous_ports=schema.parse_port_range(value["rendezvous"]["ports"]),
+        rendezvous_ports=checkers.parse_port_range(value["rendezvous"]["ports"]),
         modules=tuple(value["modules"]),
         setup=tuple(value["setup"]),
         template_dirs=tuple(value["template_dirs"]),
@@ -643,7 +643,7 @@ def _build_prices(value):
         return (PriceWindow(0, 24, float(value)),)
     windows = []
     for window in value:
-        start, end = schema.parse_hours(window["hours"])
+        start, end = checkers.parse_hours(window["hours"])
         windows.append(PriceWindow(start, end, float(window["price"])))
     return tuple(windows)
 
@@ -660,7 +660,7 @@ def _build_partition(name, value):
         memory_mb=value.get("memory_mb"),
         max_nodes=value.get("max_nodes"),
         # The model's "no limit" is None; keep readers from parsing UNLIMITED.
-        max_time=None if max_time is None or schema.is_unlimited(max_time) else max_time,
+        max_time=None if max_time is None or checkers.is_unlimited(max_time) else max_time,
         fabric=_build_fabric(value.get("fabric")),
         gres_name=value.get("gres_name") or default_gres_name(accelerator),
         health=_build_partition_health(value.get("health")),

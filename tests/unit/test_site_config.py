@@ -15,6 +15,7 @@ from slurmkit.errors import ConfigError, UsageError
 from slurmkit.site import find_site, list_sites, load_site, site_search_path, validate_files
 from slurmkit.site import loader, schema
 from slurmkit.site.model import PriceWindow
+from slurmkit.times import slurm_time_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_CONFIGS = REPO / "site_configs"
@@ -294,11 +295,11 @@ def test_unquoted_sexagesimal_time_keeps_its_text(tmp_path):
 
 
 def test_slurm_time_seconds():
-    assert schema.slurm_time_seconds("1-02:03:04") == 86400 + 7200 + 180 + 4
-    assert schema.slurm_time_seconds("90") == 5400
-    assert schema.slurm_time_seconds("UNLIMITED") is None
+    assert slurm_time_seconds("1-02:03:04") == 86400 + 7200 + 180 + 4
+    assert slurm_time_seconds("90") == 5400
+    assert slurm_time_seconds("UNLIMITED") is None
     with pytest.raises(ValueError):
-        schema.slurm_time_seconds("00:61")
+        slurm_time_seconds("00:61")
 
 
 def test_defaults_must_name_existing_cluster_and_partition(tmp_path):
