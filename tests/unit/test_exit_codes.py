@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from slurmkit.slurm import commands, parsers
-from slurmkit.slurm import pyslurm_backend as pb
+from slurmkit.slurm import pyslurm_rules as rules
 
 DATA = Path(__file__).parent / "data" / "exit_codes" / "22.05"
 RECORDED = json.loads((DATA / "jobs.json").read_text())
@@ -102,9 +102,9 @@ def core_job(name, **values):
 
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_pyslurm_job_api_is_exact_unless_it_may_have_cut_128(name):
-    info = pb.job_to_info(core_job(name))
+    info = rules.job_to_info(core_job(name))
     code, signal = expected(name)
-    assert pb.exit_is_ambiguous(info) == (code is not None and code != 0)
+    assert rules.exit_is_ambiguous(info) == (code is not None and code != 0)
     if code is not None and code >= 128:
         assert (info.exit_code, info.signal) == (code - 128, None)   # pyslurm's _get_exit_code
     else:
@@ -115,7 +115,7 @@ def test_pyslurm_job_api_is_exact_unless_it_may_have_cut_128(name):
 def test_pyslurm_deprecated_job_api_gives_the_whole_status(name):
     # What PyslurmBackend._exact_exit reads for an ambiguous job: "E:S" with E whole.
     text = PYSLURM["deprecated_job"][JOBS[name]["id"]]
-    info = pb.job_to_info(core_job(name), exit_text=text)
+    info = rules.job_to_info(core_job(name), exit_text=text)
     assert (info.exit_code, info.signal) == expected(name)
 
 
@@ -128,7 +128,7 @@ def test_pyslurm_db_raw_status_of_the_batch_step(name):
                   **PYSLURM["db"][JOBS[name]["id"]])
     del values["allocated_nodes"]
     record = SimpleNamespace(**values)
-    info = pb.job_to_info(record, exit_text=raw)
+    info = rules.job_to_info(record, exit_text=raw)
     assert (info.exit_code, info.signal) == expected(name)
     assert info.nodelist == ("" if name == "scancel_pending" else "an1")
 

@@ -6,7 +6,7 @@ from slurmkit.errors import UsageError
 from slurmkit.health import this_node
 from slurmkit.site.loader import load_site
 
-from test_health_cli import plan, site  # noqa: F401  (the fixture and the plan of the command's own tests)
+from test_health_cli import plan, site  # noqa: F401,F811  (the fixture and the plan of the command's own tests)
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ from slurmkit.slurm import parsers
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm import directives
 from slurmkit.slurm import pyslurm_backend as pb
+from slurmkit.slurm import pyslurm_rules as rules
 from slurmkit.slurm.runner import CommandResult, Runner
 from slurmkit.slurm.types import JobInfo
 
@@ -98,11 +99,11 @@ def test_job_to_info_running_job_matches_the_squeue_json_parser():
         "nodes": "an[1-2]", "start_time": START, "time_limit": 90, "user_name": "root",
         "state_reason": "None", "comment": "slurmkit:abc", "exit_code": 0, "cluster": "alpha",
         "standard_output": "/tmp/o-7.out"}]}))[0]
-    assert pb.job_to_info(core_job()) == squeue
+    assert rules.job_to_info(core_job()) == squeue
 
 
 def test_job_to_info_running_job_fields():
-    info = pb.job_to_info(core_job())
+    info = rules.job_to_info(core_job())
     assert isinstance(info, JobInfo)
     assert (info.job_id, info.name, info.state, info.partition) == ("7", "train", "RUNNING", "gpu")
     assert (info.node_count, info.nodelist, info.user, info.reason) == (2, "an[1-2]", "root", "None")
@@ -115,7 +116,7 @@ def test_job_to_info_running_job_fields():
 def test_job_to_info_pending_job_with_unset_values():
     # job.pyx: allocated_nodes is None while pending; _raw_time() gives None
     # for an unknown start and for NO_VAL/INFINITE limits; u32_parse gives None.
-    info = pb.job_to_info(core_job(state="PENDING", state_reason="Resources", allocated_nodes=None,
+    info = rules.job_to_info(core_job(state="PENDING", state_reason="Resources", allocated_nodes=None,
                                    start_time=None, time_limit=None, num_nodes=None, comment=None,
                                    standard_output=None))
     assert info.state == "PENDING" and info.reason == "Resources"
@@ -128,10 +129,10 @@ def test_job_to_info_25_11_job_with_days_and_finished_state():
     # 25.11's Job has many more attributes (stats, pids, ...); only ours are read.
     job = core_job(state="FAILED", exit_code=3, time_limit=2 * 1440 + 5, stats=object(), pids={},
                    run_time_remaining=0, elapsed_cpu_time=120)
-    info = pb.job_to_info(job)
+    info = rules.job_to_info(job)
     assert info.time_limit == "2-00:05:00"
     assert (info.exit_code, info.signal) == (3, None) and info.finished
-    killed = pb.job_to_info(core_job(state="CANCELLED", exit_code=0, exit_code_signal=15))
+    killed = rules.job_to_info(core_job(state="CANCELLED", exit_code=0, exit_code_signal=15))
     assert (killed.exit_code, killed.signal) == (None, 15)
 
 
@@ -141,13 +142,13 @@ def test_job_to_info_db_job_shape():
     record = SimpleNamespace(id=12, name="old", state="TIMEOUT", state_reason="None", partition="cpu",
                              num_nodes=1, nodelist="an3", start_time=START, time_limit="PartitionLimit",
                              user_name="root", comment="", exit_code=0, cluster="alpha")
-    info = pb.job_to_info(record)
+    info = rules.job_to_info(record)
     assert (info.job_id, info.nodelist, info.time_limit, info.state) == ("12", "an3", "PartitionLimit", "TIMEOUT")
     assert info.finished
 
 
 def test_job_to_info_stdout_when_jobinfo_has_it():
-    info = pb.job_to_info(core_job())
+    info = rules.job_to_info(core_job())
     if hasattr(info, "stdout"):
         assert info.stdout == "/tmp/o-7.out"
 
@@ -169,9 +170,9 @@ class ClusterMap:
 
 def test_records_of_every_collection_shape():
     a, b = core_job(id=1), core_job(id=2)
-    assert pb.records_of({1: a, 2: b}) == [a, b]                       # 22.5.2 Jobs(dict)
-    assert pb.records_of(ClusterMap({"alpha": {1: a, 2: b}})) == [a, b]  # 22.5.3+ MultiClusterMap
-    assert pb.records_of([a, b]) == [a, b]                             # some db.Jobs(list)
+    assert rules.records_of({1: a, 2: b}) == [a, b]                       # 22.5.2 Jobs(dict)
+    assert rules.records_of(ClusterMap({"alpha": {1: a, 2: b}})) == [a, b]  # 22.5.3+ MultiClusterMap
+    assert rules.records_of([a, b]) == [a, b]                             # some db.Jobs(list)
 
 
 # ---------------------------------------------------------------------------
@@ -224,7 +225,7 @@ def test_directive_value_in_the_next_argument_and_unknown_options():
 # ---------------------------------------------------------------------------
 
 def desc(script_lines):
-    return pb.submit_description(directives.sbatch_directives("#!/bin/bash\n" + "\n".join(script_lines) + "\nhostname\n"))
+    return rules.submit_description(directives.sbatch_directives("#!/bin/bash\n" + "\n".join(script_lines) + "\nhostname\n"))
 
 
 def test_submit_description_of_the_integration_test_script():
@@ -294,17 +295,17 @@ def test_sbatch_option_environment_is_what_sbatch_exports_for_the_options():
     # real with pyslurm's in tests/integration/test_backend_parity.py).
     script = ("#!/bin/bash\n#SBATCH --job-name=train -p gpu --nodes=2 --ntasks-per-node=4 -c 02\n"
               "#SBATCH --gpus-per-node=h100:2 --mem=10G\nhostname\n")
-    assert pb.sbatch_option_environment(directives.sbatch_directives(script)) == {
+    assert rules.sbatch_option_environment(directives.sbatch_directives(script)) == {
         "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "2",
         "SLURM_GPUS_PER_NODE": "h100:2"}
-    assert pb.sbatch_option_environment(directives.sbatch_directives("#!/bin/sh\n#SBATCH -n 2\n")) == {}
+    assert rules.sbatch_option_environment(directives.sbatch_directives("#!/bin/sh\n#SBATCH -n 2\n")) == {}
 
 
 def test_from_23_11_cpus_per_task_is_also_a_tres_per_task():
     # The 24.11 sbatch job of test_backend_parity printed SLURM_TRES_PER_TASK=cpu=2 for -c 2
     options = directives.sbatch_directives("#!/bin/sh\n#SBATCH -c 02 --ntasks-per-node=1\n")
-    assert pb.sbatch_option_environment(options, (24, 11))["SLURM_TRES_PER_TASK"] == "cpu=2"
-    assert "SLURM_TRES_PER_TASK" not in pb.sbatch_option_environment(options, (22, 5))
+    assert rules.sbatch_option_environment(options, (24, 11))["SLURM_TRES_PER_TASK"] == "cpu=2"
+    assert "SLURM_TRES_PER_TASK" not in rules.sbatch_option_environment(options, (22, 5))
 
 
 MPI_VARIABLES = {"HYDRA_BOOTSTRAP": "slurm", "HYDRA_LAUNCHER_EXTRA_ARGS": "--external-launcher",
@@ -314,16 +315,16 @@ MPI_VARIABLES = {"HYDRA_BOOTSTRAP": "slurm", "HYDRA_LAUNCHER_EXTRA_ARGS": "--ext
 
 def test_from_23_11_mpi_launchers_get_what_sbatch_gives_them():
     # exactly what the 24.11 and 26.05 sbatch put in a job's environment on the dev clusters
-    assert pb.mpi_launcher_environment({}, (24, 11)) == MPI_VARIABLES
-    assert pb.mpi_launcher_environment({}, (22, 5)) == {}
+    assert rules.mpi_launcher_environment({}, (24, 11)) == MPI_VARIABLES
+    assert rules.mpi_launcher_environment({}, (22, 5)) == {}
     # the user's own Hydra bootstrap: no --external-launcher for it (Slurm 23.11 NEWS)
-    own = pb.mpi_launcher_environment({"I_MPI_HYDRA_BOOTSTRAP": "ssh"}, (24, 11))
+    own = rules.mpi_launcher_environment({"I_MPI_HYDRA_BOOTSTRAP": "ssh"}, (24, 11))
     assert "I_MPI_HYDRA_BOOTSTRAP" not in own and "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS" not in own
     assert own["HYDRA_BOOTSTRAP"] == "slurm"
     # MpiParams=disable_slurm_hydra_bootstrap (24.05+): the Hydra variables are not injected
-    off = pb.mpi_launcher_environment({}, (24, 11), "ports=12000-12999,disable_slurm_hydra_bootstrap")
+    off = rules.mpi_launcher_environment({}, (24, 11), "ports=12000-12999,disable_slurm_hydra_bootstrap")
     assert off == {"OMPI_MCA_plm_slurm_args": "--external-launcher", "PRTE_MCA_plm_slurm_args": "--external-launcher"}
-    env = pb._submit_environment({}, [], (24, 11))
+    env = rules.submit_environment({}, [], (24, 11))
     assert {k: env[k] for k in MPI_VARIABLES} == MPI_VARIABLES
 
 
@@ -331,13 +332,13 @@ def test_submit_environment_options_win_over_an_inherited_value(monkeypatch):
     # Submitting from inside a job: sbatch sets the new job's values over the outer ones.
     monkeypatch.setenv("SLURM_JOB_NAME", "outer")
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "7")
-    env = pb._submit_environment({}, [("job-name", "inner"), ("time", "5")])
+    env = rules.submit_environment({}, [("job-name", "inner"), ("time", "5")])
     assert env["SLURM_JOB_NAME"] == "inner" and env["SLURM_CPUS_PER_TASK"] == "7"
 
 
 def test_submit_environment_carries_the_cluster_and_what_sbatch_adds(monkeypatch):
     monkeypatch.delenv("SLURM_SUBMIT_DIR", raising=False)
-    env = pb._submit_environment({"SLURM_CONF": "/srv/alpha/slurm.conf"})
+    env = rules.submit_environment({"SLURM_CONF": "/srv/alpha/slurm.conf"})
     assert env["SLURM_CONF"] == "/srv/alpha/slurm.conf"
     assert env["SLURM_SUBMIT_DIR"] == os.getcwd()
     assert env["SLURM_SUBMIT_HOST"] and len(env["SLURM_UMASK"]) == 4

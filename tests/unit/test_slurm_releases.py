@@ -374,6 +374,7 @@ def test_pyslurm_24_11_exit_status_comes_whole_from_scontrol():
     from types import SimpleNamespace
 
     from slurmkit.slurm import pyslurm_backend as pb
+    from slurmkit.slurm import pyslurm_rules as rules
     from slurmkit.slurm.backend import CommandBackend
     from slurmkit.slurm.runner import CommandResult
     from slurmkit.slurm.types import JobInfo
@@ -398,7 +399,7 @@ def test_pyslurm_24_11_exit_status_comes_whole_from_scontrol():
     cut = JobInfo(job_id=job_id, name="x", state="FAILED", partition="cpu", node_count=1, nodelist="an1",
                   start_time=None, time_limit="00:02:00", user="root", reason="", comment="",
                   exit_code=15, signal=None)
-    assert pb.exit_is_ambiguous(cut)
+    assert rules.exit_is_ambiguous(cut)
     exact = backend._exact_exit(cut)
     assert (exact.exit_code, exact.signal) == (143, None)
     assert Runner.calls == [commands.show_job(job_id)]
