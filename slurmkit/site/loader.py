@@ -3,7 +3,7 @@
 A site file is read with ``yaml.compose`` (the C loader when available), so
 every value keeps the line it came from, and the node tree is then checked
 against the declarative schema in :mod:`slurmkit.site.schema` by one generic
-walker.  Scalars are turned into Python values by PyYAML's
+walker; :mod:`slurmkit.site.build` makes the model of a file that passed.  Scalars are turned into Python values by PyYAML's
 ``SafeConstructor``: no tag can construct arbitrary objects, and nothing in
 this module loads YAML unsafely.
 
@@ -39,9 +39,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from slurmkit.errors import ConfigError
 from slurmkit.site import checkers, schema
-from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
-                                 HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
-                                 RoceSettings, Site, default_gres_name)
+from slurmkit.site.build import build_site
 from slurmkit.site.checkers import INVALID
 
 try:  # the libyaml parser is much faster; both give the same nodes and marks
@@ -553,128 +551,4 @@ def load_site(path):
     problems, value = _check_file(path)
     if problems:
         raise _config_error(problems, path)
-    return _build_site(value, os.path.abspath(os.path.expanduser(str(path))))
-
-
-# ---------------------------------------------------------------------------
-# Validated plain values -> model dataclasses
-
-def _build_site(value, path):
-    defaults = value.get("defaults", {})
-    return Site(
-        name=value["site"],
-        path=path,
-        clusters={name: _build_cluster(name, cluster, value["health"])
-                  for name, cluster in value["clusters"].items()},
-        defaults=Defaults(**{key: defaults[key] for key in schema.DEFAULTS["keys"] if key in defaults}),
-        max_switch_wait=value["topology"]["max_switch_wait"],
-        rendezvous_ports=checkers.parse_port_range(value["rendezvous"]["ports"]),
-        modules=tuple(value["modules"]),
-        setup=tuple(value["setup"]),
-        template_dirs=tuple(value["template_dirs"]),
-        description=value["description"],
-        health=_build_health_settings(value["health"]),
-        requeue=RequeueSettings(
-            transient_exit_codes=tuple(value["requeue"]["transient_exit_codes"]),
-            signal_grace=value["requeue"]["signal_grace"], checkpoint_root=value["requeue"].get("checkpoint_root"),
-            hang_timeout=value["requeue"]["hang_timeout"],
-            shared_checkpoint_clusters=tuple(value["requeue"]["shared_checkpoint_clusters"]),
-            checkpoint_conventions=tuple(value["requeue"]["checkpoint_conventions"])),
-    )
-
-
-def _build_health_settings(value):
-    return HealthSettings(
-        resume_after=value["resume_after"], drain_cap=value["drain_cap"], fanout=value["fanout"],
-        relays=value["relays"], relay_fanout=value.get("relay_fanout"),
-        node_timeout=float(value["node_timeout"]), check_timeout=float(value["check_timeout"]),
-        state_dir=value.get("state_dir"))
-
-
-def _build_cluster_health(site_health, value):
-    """The cluster's own ``health.command`` and ``health.ssh`` keys over the site's."""
-    ssh = dict(site_health.get("ssh") or {})
-    ssh.update(value.get("ssh") or {})
-    if ssh.get("connect_timeout") is not None:
-        ssh["connect_timeout"] = float(ssh["connect_timeout"])
-    return ClusterHealth(command=tuple(value.get("command") or site_health["command"]), ssh=HealthSsh(**ssh))
-
-
-def _build_partition_health(value):
-    if value is None:
-        return HealthChecks()
-    fields = dict(value)
-    for key in ("skip", "daemons", "fatal_xids", "ib_ports"):
-        if key in fields:
-            fields[key] = tuple(fields[key])
-    if "mounts" in fields:
-        fields["mounts"] = tuple(HealthMount(**mount) for mount in fields["mounts"])
-    for key in ("memory_tolerance_percent", "max_swap_used_percent", "warn_load_per_core", "max_load_per_core",
-                "dstate_seconds", "ib_rate_gbps"):
-        if key in fields:
-            fields[key] = float(fields[key])
-    return HealthChecks(**fields)
-
-
-def _build_cluster(name, value, site_health=None):
-    login = value.get("login")
-    return Cluster(
-        name=name,
-        partitions={pname: _build_partition(pname, part) for pname, part in value["partitions"].items()},
-        slurm_conf=value.get("slurm_conf"),
-        login=None if login is None else LoginNode(
-            host=login["host"], port=login["port"], user=login.get("user"),
-            identity_file=login.get("identity_file"), known_hosts=login.get("known_hosts"),
-            proxy_jump=login.get("proxy_jump"), connect_timeout=float(login["connect_timeout"]),
-            command_timeout=float(login["command_timeout"])),
-        max_switch_wait=value.get("max_switch_wait"),
-        switch_group_features=tuple(value.get("switch_group_features") or ()),
-        price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
-        default_partition=value.get("default_partition"),
-        health=_build_cluster_health(site_health or {"command": list(ClusterHealth._field_defaults["command"])},
-                                     value.get("health") or {}),
-    )
-
-
-def _build_prices(value):
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        return (PriceWindow(0, 24, float(value)),)
-    windows = []
-    for window in value:
-        start, end = checkers.parse_hours(window["hours"])
-        windows.append(PriceWindow(start, end, float(window["price"])))
-    return tuple(windows)
-
-
-def _build_partition(name, value):
-    accelerator = value["accelerator"]
-    max_time = value.get("max_time")
-    return Partition(
-        name=name,
-        accelerator=accelerator,
-        gpu_model=value.get("gpu_model"),
-        gpus_per_node=value.get("gpus_per_node") or 0,
-        cpus_per_node=value["cpus_per_node"],
-        memory_mb=value.get("memory_mb"),
-        max_nodes=value.get("max_nodes"),
-        # The model's "no limit" is None; keep readers from parsing UNLIMITED.
-        max_time=None if max_time is None or checkers.is_unlimited(max_time) else max_time,
-        fabric=_build_fabric(value.get("fabric")),
-        gres_name=value.get("gres_name") or default_gres_name(accelerator),
-        health=_build_partition_health(value.get("health")),
-    )
-
-
-def _build_fabric(value):
-    if value is None:
-        return Fabric()
-    roce = value.get("roce") or {}
-    return Fabric(
-        type=value["type"],
-        hcas=tuple(value.get("hcas") or ()),
-        socket_ifname=value.get("socket_ifname"),
-        roce=RoceSettings(**roce),
-        env={key: str(val) for key, val in (value.get("env") or {}).items()},
-    )
+    return build_site(value, os.path.abspath(os.path.expanduser(str(path))))
