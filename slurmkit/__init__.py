@@ -3,7 +3,10 @@
 The folder listing is the architecture (docs/architecture.md): ``site/``
 (site configs), ``slurm/`` (talking to Slurm), ``remote/`` (SSH),
 ``script/`` (the job script), ``session.py``, ``jobs.py``, ``federation/``,
-``requeue/``, ``health/`` and ``cli/`` (the only user of click).
+``requeue/``, ``health/``, ``sweep/`` and ``cli/`` (the only user of
+click); ``containers/``, ``energy/``, ``observe/`` and ``api/`` are the
+rooms of the features being built next (each docstring says what goes
+there).
 
 One rule for imports, stated here once: every command is a fresh process, so
 heavy or optional third-party modules (jinja2, yaml, paramiko, pyslurm,

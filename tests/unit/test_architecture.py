@@ -150,15 +150,20 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
                for name in _importers_of("slurmkit.cli"))
 
 
+def test_nothing_imports_the_python_api_but_itself_and_the_packages_top_level_names():
+    # The API is a face of the library, like the CLI: the library never depends on either.
+    assert all(name.startswith("slurmkit.api") or name == "slurmkit" for name in _importers_of("slurmkit.api"))
+
+
 @pytest.mark.parametrize("part,forbidden", [
     ("slurm", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("remote", ("script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("site", ("slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("times", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
                "sweep")),
-    ("script", ("remote", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
-    ("jobs", ("federation", "cli", "requeue", "health", "sweep")),
-    ("federation", ("cli", "requeue", "health", "sweep")),
+    ("script", ("remote", "federation", "cli", "jobs", "session", "requeue", "health", "sweep", "observe")),
+    ("jobs", ("federation", "cli", "requeue", "health", "sweep", "observe")),
+    ("federation", ("cli", "requeue", "health", "sweep", "observe")),
     # sweep sits on jobs, federation, script, slurm and requeue (its state directory, spec helpers)
     ("requeue", ("cli", "sweep")),
     ("health", ("cli", "sweep")),
@@ -169,6 +174,13 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
     ("results", ("sweep",)),
     ("testing", ("sweep",)),
     ("sweep", ("cli", "health")),
+    # The rooms of the next floor (their packages' docstrings say what goes there).
+    ("containers", ("slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
+                    "sweep", "observe", "energy")),
+    ("energy", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep",
+                "observe", "containers")),
+    ("observe", ("cli", "sweep")),
+    ("api", ("cli",)),
 ])
 def test_no_import_runs_up_the_layers(part, forbidden):
     offenders = []

@@ -1,0 +1,14 @@
+"""Energy, cost and carbon (issue "Green compute"): the room, not yet built.
+
+What goes here: the site's power model per partition, energy prices and
+carbon intensity by hour (a fixed value, a profile or a forecast in the
+Carbon Aware SDK's ``{location, timestamp, duration, value}`` shape), and
+what a job used, from the best source there is (Slurm's ConsumedEnergy,
+NVML's energy counters read through ``slurmkit.health.sources``, or the
+model, saying which).  Unknown data stays unknown, never zero.
+
+Pure data and arithmetic: the federation's planner ranks candidates by it
+(``--prefer cheap|green``, ``--deadline``) and ``observe``'s ``eff`` prints
+it, so it sits below both; it may import ``site``, ``times`` and ``slurm``'s
+records, and nothing that opens a connection (tests/unit/test_architecture.py).
+"""
