@@ -36,7 +36,9 @@ collections ``MultiClusterMap``; nothing used here changed from there to
   deprecated ``job`` class still prints the status whole (``"E:S"``), and the
   deprecated ``slurmdb_jobs`` gives the raw wait status (``exitcode``).
 - ``pyslurm/core/job/submission.pyx``/``.pxd``: ``JobSubmitDescription(**kw)``,
-  ``.script`` (a path or the script text), ``.submit()`` returns the job id.
+  ``.script`` (a path or the script text: it tries the text as a path first, which
+  raises for a run of more than 255 bytes without a slash, so slurmkit always hands
+  it a file), ``.submit()`` returns the job id.
   Attribute names differ from sbatch's: ``partitions``, ``time_limit``,
   ``standard_output``, ``gres_per_node``; there is no ``gpus_per_node``, and
   ``switches`` is accepted but never sent (``_set_switches`` is not called).
@@ -58,10 +60,12 @@ collections ``MultiClusterMap``; nothing used here changed from there to
   ``.msg`` (Slurm's own error string).
 """
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -328,20 +332,21 @@ class PyslurmBackend(CommandBackend):
         if kw is None:
             self.last_submit_via = "sbatch"
             return super().submit(script, token)
-        kw["script"] = script
         kw["environment"] = submit_environment(self._extra_env, options, self._release, self._mpi_params())
-        try:
-            desc = self._pyslurm.JobSubmitDescription(**kw)
-        except (AttributeError, TypeError):
-            # An attribute this pyslurm build does not have: let sbatch do it.
-            self.last_submit_via = "sbatch"
-            return super().submit(script, token)
-        with _LibslurmStderr() as said:
+        with _script_file(script) as path:
+            kw["script"] = path
             try:
-                job_id = self._rpc("submit", desc.submit)
-            except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
-                raise SlurmCommandError("submit refused on cluster %s: %s" % (self.cluster_name, exc),
-                                        argv=["pyslurm", "submit"], stderr=str(exc)) from None
+                desc = self._pyslurm.JobSubmitDescription(**kw)
+            except (AttributeError, TypeError):
+                # An attribute this pyslurm build does not have: let sbatch do it.
+                self.last_submit_via = "sbatch"
+                return super().submit(script, token)
+            with _LibslurmStderr() as said:
+                try:
+                    job_id = self._rpc("submit", desc.submit)
+                except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
+                    raise SlurmCommandError("submit refused on cluster %s: %s" % (self.cluster_name, exc),
+                                            argv=["pyslurm", "submit"], stderr=str(exc)) from None
         if said.text:
             # Not an error (that raised above): a warning of libslurm's, shown as sbatch shows it.
             sys.stderr.write(said.text)
@@ -491,6 +496,24 @@ class PyslurmBackend(CommandBackend):
             raw = batch.get("exitcode")
             out[str(job_id)] = raw if isinstance(raw, int) else record["exitcode"]
         return out
+
+
+@contextlib.contextmanager
+def _script_file(text: str):
+    """The job script in a private file, for pyslurm to read.  Handed the text itself, pyslurm first
+    asks whether it names a file (``Path(script).is_file()``, submission.pyx), which raises
+    ENAMETOOLONG for a text with more than 255 bytes between two slashes: one long line of a
+    rendered script is enough (the torchrun template's check of the named Python is one)."""
+    fd, path = tempfile.mkstemp(prefix="slurmkit-job-", suffix=".sh")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+        yield path
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 class _LibslurmStderr:

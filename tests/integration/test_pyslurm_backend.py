@@ -15,6 +15,7 @@ cluster's SLURM_CONF.
 """
 
 import dataclasses
+import tempfile
 import time
 import uuid
 
@@ -197,6 +198,24 @@ def test_a_script_pyslurm_cannot_express_goes_to_sbatch(pair, tmp_path):
         assert [j.comment for j in backend.jobs([job_id])] == ["slurmkit:%s" % token]
     finally:
         backend.cancel([job_id])
+
+
+def test_a_script_with_a_long_line_goes_through_pyslurm_and_runs_to_its_end(pair, tmp_path, monkeypatch):
+    # pyslurm tries the script's text as a path first: 300 bytes without a slash made that raise
+    # (File name too long), a traceback out of `slurmkit submit`.
+    backend, commands, _, partition = pair
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))      # where the script's file is written
+    token = uuid.uuid4().hex
+    word = "x" * 300
+    text = script(token, partition, tmp_path).replace("sleep 50", "echo %s | wc -c" % word)
+    job_id = backend.submit(text)
+    assert backend.last_submit_via == "pyslurm"
+    done = wait_for(lambda: commands.jobs([job_id]), lambda js: not js or js[0].finished, timeout=60)
+    assert done and done[0].state == "COMPLETED", done
+    assert (tmp_path / ("pyslurm-%s.out" % job_id)).read_text() == "301\n"
+    assert not list(scratch.iterdir())                          # the script's file is gone
 
 
 def test_cancel(pair, job):
