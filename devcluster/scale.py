@@ -57,10 +57,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import devcluster as dc  # noqa: E402  (helpers only: hostlist, Daemon, devices, waits)
+# devcluster's helpers only (its rooms: clusterspec, daemons, hosttools, prepare, readiness), never its state.
+import clusterspec  # noqa: E402
+from clusterspec import DevClusterError, JOB_HOSTNAME, NODE_CPUS, NODE_MEM_MB, SSHD  # noqa: E402
+from daemons import Daemon, start_daemon, tail  # noqa: E402
+from hosttools import need_programs, run, ssh_keygen, write_if_changed  # noqa: E402
+from prepare import make_fake_device  # noqa: E402
+from readiness import ctld_up, node_conditions, resumable_by_us, unavailable, wait_ctld  # noqa: E402
 
 NAME = "scale"
-STATE = dc.STATE / NAME
+STATE = clusterspec.STATE / NAME
 SCALE_JSON = STATE / "scale.json"
 SITE_YAML = STATE / "site.yaml"
 CTLD_NET = 64           # 127.0.64.1: slurmctld
@@ -140,7 +146,7 @@ class Scale:
 
     def __init__(self, n):
         if not 16 <= n <= MAX_NODES:
-            raise dc.DevClusterError("scale: N=%d nodes; want 16..%d" % (n, MAX_NODES))
+            raise DevClusterError("scale: N=%d nodes; want 16..%d" % (n, MAX_NODES))
         self.name = NAME
         self.n = n
         self.root = None
@@ -179,20 +185,20 @@ class Scale:
     # ---- daemons (devcluster.Daemon: pid files, identity checks, stop) ----
     def munged(self):
         m = self.munge_dir
-        return dc.Daemon(self, "munged", "munged", [
+        return Daemon(self, "munged", "munged", [
             "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
             "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
             "--seed-file=%s" % (m / "munged.seed"), "--num-threads=%d" % MUNGE_THREADS, "-f",
         ], m / "munged.pid", str(self.munge_socket), m / "munged.log")
 
     def slurmctld(self):
-        return dc.Daemon(self, "slurmctld", "slurmctld", ["slurmctld", "-f", str(self.slurm_conf), "-i"],
+        return Daemon(self, "slurmctld", "slurmctld", ["slurmctld", "-f", str(self.slurm_conf), "-i"],
                          self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
                          self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
 
     def slurmd(self, i):
         node = node_name(i)
-        return dc.Daemon(self, "slurmd " + node, "slurmd", ["slurmd", "-f", str(self.slurm_conf), "-N", node],
+        return Daemon(self, "slurmd " + node, "slurmd", ["slurmd", "-f", str(self.slurm_conf), "-N", node],
                          self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
                          self.slurmd_dir / ("slurmd.%s.log" % node), node=node,
                          uts_hostname=node_addr(i))
@@ -202,7 +208,7 @@ class Scale:
 
     def sshd(self, g):
         d = self.sshd_dir(g)
-        return dc.Daemon(self, "sshd g%02d" % g, "sshd", [dc.SSHD, "-f", str(d / "sshd_config"), "-E",
+        return Daemon(self, "sshd g%02d" % g, "sshd", [SSHD, "-f", str(d / "sshd_config"), "-E",
                                                           str(d / "sshd.log")],
                          d / "sshd.pid", str(d / "sshd_config"), d / "sshd.log")
 
@@ -231,18 +237,18 @@ class Scale:
         """Client key, one host key per sshd, known_hosts for every node's address, the sshd configs."""
         self.ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.sshd_root / "home").mkdir(mode=0o700, parents=True, exist_ok=True)
-        dc.ssh_keygen(self.client_key, "devcluster-scale-client")
-        dc.write_if_changed(self.authorized_keys, Path(str(self.client_key) + ".pub").read_text(), 0o600)
+        ssh_keygen(self.client_key, "devcluster-scale-client")
+        write_if_changed(self.authorized_keys, Path(str(self.client_key) + ".pub").read_text(), 0o600)
         known = []
         for g, first, last in sshd_groups(self.n):
             d = self.sshd_dir(g)
             d.mkdir(mode=0o700, exist_ok=True)
-            dc.ssh_keygen(d / "ssh_host_ed25519_key", "devcluster-scale-g%02d" % g)
+            ssh_keygen(d / "ssh_host_ed25519_key", "devcluster-scale-g%02d" % g)
             keytype, key = (d / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             known += ["[%s]:%d %s %s" % (node_addr(i), SSHD_PORT, keytype, key) for i in range(first, last + 1)]
-            if dc.write_if_changed(d / "sshd_config", self.render_sshd_config(g, first, last), 0o600):
+            if write_if_changed(d / "sshd_config", self.render_sshd_config(g, first, last), 0o600):
                 self.sshd(g).stop()   # a running one reads its config only at start
-        dc.write_if_changed(self.known_hosts, "\n".join(known) + "\n", 0o644)
+        write_if_changed(self.known_hosts, "\n".join(known) + "\n", 0o644)
         self.health_state.mkdir(parents=True, exist_ok=True)
 
     def render_slurm_conf(self):
@@ -275,7 +281,7 @@ class Scale:
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=%d" % (dc.NODE_MEM_MB // dc.NODE_CPUS),
+            "DefMemPerCPU=%d" % (NODE_MEM_MB // NODE_CPUS),
             "TopologyPlugin=topology/tree",
             "GresTypes=gpu",
             "MpiDefault=none",
@@ -313,8 +319,8 @@ class Scale:
             # alone does not; `h100` is a feature of the user's own to combine
             # with it (h100&[spine01|...]; test_scale.py).
             lines.append("NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d RealMemory=%d Gres=gpu:h100:%d "
-                         "Features=%s,h100 State=UNKNOWN" % (nodelist(first, last), addrs, addrs, dc.NODE_CPUS,
-                                                             dc.NODE_MEM_MB, GPUS, spine))
+                         "Features=%s,h100 State=UNKNOWN" % (nodelist(first, last), addrs, addrs, NODE_CPUS,
+                                                             NODE_MEM_MB, GPUS, spine))
         lines += ["", "PartitionName=gpu Nodes=%s Default=YES MaxTime=24:00:00 State=UP" % self.nodelist]
         return "\n".join(lines) + "\n"
 
@@ -349,7 +355,7 @@ class Scale:
                 "price_per_gpu_hour": 1.0,
                 "partitions": {"gpu": {
                     "accelerator": "nvidia", "gpu_model": "h100", "gpus_per_node": GPUS,
-                    "cpus_per_node": dc.NODE_CPUS, "memory_mb": dc.NODE_MEM_MB, "max_nodes": self.n,
+                    "cpus_per_node": NODE_CPUS, "memory_mb": NODE_MEM_MB, "max_nodes": self.n,
                     "max_time": "24:00:00", "fabric": {"type": "ethernet", "socket_ifname": "lo"},
                     # No NVML here, and the load is the whole machine's.
                     "health": {"skip": ["gpu", "load", "dstate"], "device_dir": str(self.dev_dir)}}},
@@ -387,7 +393,7 @@ CLONE_NEWUTS = 0x04000000
 _libc = None
 
 
-def rename_uts(pids, name=dc.JOB_HOSTNAME):
+def rename_uts(pids, name=JOB_HOSTNAME):
     """Rename the private UTS namespace of each pid to NAME (jobs' srun binds
     to what the hostname resolves to; see devcluster.py), in one forked child
     per pid with setns(2) rather than an nsenter exec each: 1,024 execs of
@@ -404,7 +410,7 @@ def rename_uts(pids, name=dc.JOB_HOSTNAME):
     for pid in pids:
         theirs = os.readlink("/proc/%d/ns/uts" % pid)
         if theirs in (mine, init):
-            raise dc.DevClusterError("pid %d shares this machine's UTS namespace; refusing to rename it" % pid)
+            raise DevClusterError("pid %d shares this machine's UTS namespace; refusing to rename it" % pid)
         child = os.fork()
         if child == 0:  # pragma: no cover - the child only renames and exits
             code = 1
@@ -417,7 +423,7 @@ def rename_uts(pids, name=dc.JOB_HOSTNAME):
                 os._exit(code)
         _, status = os.waitpid(child, 0)
         if status != 0:
-            raise dc.DevClusterError("could not rename the UTS namespace of pid %d" % pid)
+            raise DevClusterError("could not rename the UTS namespace of pid %d" % pid)
 
 
 def listening_addrs(port):
@@ -454,12 +460,12 @@ def start_slurmds(c, timeout=120.0):
         if len(procs) >= START_BATCH:
             for j, p in procs:
                 if p.wait(timeout=60) != 0:
-                    raise dc.DevClusterError("scale: slurmd %s exited %d\n%s" % (node_name(j), p.returncode,
-                                                                                dc.tail(c.out_dir / "slurmd.start.out")))
+                    raise DevClusterError("scale: slurmd %s exited %d\n%s" % (node_name(j), p.returncode,
+                                                                                tail(c.out_dir / "slurmd.start.out")))
             procs = []
     for j, p in procs:
         if p.wait(timeout=60) != 0:
-            raise dc.DevClusterError("scale: slurmd %s exited %d" % (node_name(j), p.returncode))
+            raise DevClusterError("scale: slurmd %s exited %d" % (node_name(j), p.returncode))
     log.close()
     wanted = {node_addr(i): i for i in todo}
     deadline = time.monotonic() + timeout
@@ -469,15 +475,15 @@ def start_slurmds(c, timeout=120.0):
             break
         if time.monotonic() > deadline:
             first = wanted[sorted(missing)[0]]
-            raise dc.DevClusterError("scale: %d slurmds not listening after %ds (e.g. %s):\n%s"
+            raise DevClusterError("scale: %d slurmds not listening after %ds (e.g. %s):\n%s"
                                      % (len(missing), timeout, node_name(first),
-                                        dc.tail(c.slurmd(first).log)))
+                                        tail(c.slurmd(first).log)))
         time.sleep(0.2)
     pids = []
     for i in todo:
         pid = c.slurmd(i).pid()
         if not pid:
-            raise dc.DevClusterError("scale: slurmd %s listens but its pid file names no live slurmd" % node_name(i))
+            raise DevClusterError("scale: slurmd %s listens but its pid file names no live slurmd" % node_name(i))
         pids.append(pid)
     rename_uts(pids)
     return len(todo)
@@ -494,7 +500,7 @@ def start_sshds(c, workers=8):
 
 
 def node_states(c):
-    p = dc.run(["sinfo", "-h", "-o", "%T %D"], env=c.env(), check=False, timeout=60)
+    p = run(["sinfo", "-h", "-o", "%T %D"], env=c.env(), check=False, timeout=60)
     states = {}
     for line in p.stdout.splitlines():
         parts = line.split()
@@ -509,15 +515,15 @@ def wait_idle(c, timeout):
     deadline = time.monotonic() + timeout
     resumed = 0.0
     while True:
-        conds = dc.node_conditions(c)
+        conds = node_conditions(c)
         idle = sum(1 for n in c.nodes if conds.get(n, ("?", ""))[0] == "idle")
         if idle == c.n:
             return
-        down = [n for n in c.nodes if dc.unavailable(conds.get(n, ("?", ""))[0])
-                and dc.resumable_by_us(*conds.get(n, ("?", "")))]
+        down = [n for n in c.nodes if unavailable(conds.get(n, ("?", ""))[0])
+                and resumable_by_us(*conds.get(n, ("?", "")))]
         if down and time.monotonic() - resumed > 5:
             resumed = time.monotonic()
-            dc.run(["scontrol", "update", "NodeName=%s" % ",".join(down), "State=RESUME"],
+            run(["scontrol", "update", "NodeName=%s" % ",".join(down), "State=RESUME"],
                    env=c.env(), check=False)
         if time.monotonic() > deadline:
             others = {}
@@ -525,8 +531,8 @@ def wait_idle(c, timeout):
                 st = conds.get(n, ("unknown", ""))[0]
                 if st != "idle":
                     others[st] = others.get(st, 0) + 1
-            raise dc.DevClusterError("scale: %d of %d nodes idle after %ds (%s)\n%s" % (
-                idle, c.n, timeout, others, dc.tail(c.ctld_dir / "slurmctld.log", 15)))
+            raise DevClusterError("scale: %d of %d nodes idle after %ds (%s)\n%s" % (
+                idle, c.n, timeout, others, tail(c.ctld_dir / "slurmctld.log", 15)))
         time.sleep(0.3)
 
 
@@ -565,7 +571,7 @@ def rpc_counts(env, settle=0.5):
     counted yet (seen: a test's earlier `scontrol show job` counted in the
     next command's diff on a busy two-core machine)."""
     time.sleep(settle)
-    p = dc.run(["sdiag"], env=env, timeout=60)
+    p = run(["sdiag"], env=env, timeout=60)
     counts, inside = {}, False
     for line in p.stdout.splitlines():
         if line.startswith("Remote Procedure Call statistics by message type"):
@@ -616,7 +622,7 @@ def queue_held_jobs(env, count, name="scale-others", workers=4, user=None):
     with ThreadPoolExecutor(workers) as pool:
         failed = [p.stderr for p in pool.map(one, range(count)) if p.returncode != 0]
     if failed:
-        raise dc.DevClusterError("scale: %d of %d sbatch --hold failed: %s" % (len(failed), count, failed[0]))
+        raise DevClusterError("scale: %d of %d sbatch --hold failed: %s" % (len(failed), count, failed[0]))
 
 
 USE_LOCK = STATE / "use.lock"
@@ -646,7 +652,7 @@ def all_daemons(n):
 
 def cmd_up(n):
     t0 = time.monotonic()
-    dc.need_programs()
+    need_programs()
     raise_nofile()
     old = recorded_n()
     if old is not None and old != n:
@@ -662,25 +668,25 @@ def cmd_up(n):
     # there can be listed or read (the key stays 0600).
     os.chmod(c.munge_dir, 0o711)
     for g in range(GPUS):
-        dc.make_fake_device(c.dev_dir / ("nvidia%d" % g))
+        make_fake_device(c.dev_dir / ("nvidia%d" % g))
     if not c.munge_key.exists():
-        dc.run(["mungekey", "-c", "-k", str(c.munge_key)])
+        run(["mungekey", "-c", "-k", str(c.munge_key)])
         os.chmod(c.munge_key, 0o600)
-    changed = dc.write_if_changed(c.slurm_conf, c.render_slurm_conf())
-    changed |= dc.write_if_changed(c.gres_conf, c.render_gres_conf())
-    changed |= dc.write_if_changed(c.topology_conf, c.render_topology_conf())
+    changed = write_if_changed(c.slurm_conf, c.render_slurm_conf())
+    changed |= write_if_changed(c.gres_conf, c.render_gres_conf())
+    changed |= write_if_changed(c.topology_conf, c.render_topology_conf())
     c.prepare_ssh()
-    dc.write_if_changed(SITE_YAML, c.render_site())
-    dc.write_if_changed(SCALE_JSON, json.dumps(c.describe(), indent=2, sort_keys=True) + "\n")
+    write_if_changed(SITE_YAML, c.render_site())
+    write_if_changed(SCALE_JSON, json.dumps(c.describe(), indent=2, sort_keys=True) + "\n")
     if changed:
         running = [d for d in [c.slurmctld()] + [c.slurmd(i) for i in range(1, n + 1)] if d.pid()]
         if running:
             say("scale: config changed, restarting %d daemons" % len(running))
             for d in running:
                 d.stop()
-    dc.start_daemon(c.munged())
-    dc.start_daemon(c.slurmctld())
-    dc.wait_ctld(c, timeout=60)
+    start_daemon(c.munged())
+    start_daemon(c.slurmctld())
+    wait_ctld(c, timeout=60)
     t1 = time.monotonic()
     started = start_slurmds(c)
     t2 = time.monotonic()
@@ -699,7 +705,7 @@ def cmd_up(n):
               "sshds_started": sshds}
     desc = c.describe()
     desc.update(started_at=time.time(), timing=timing, memory=mem)
-    dc.write_if_changed(SCALE_JSON, json.dumps(desc, indent=2, sort_keys=True) + "\n")
+    write_if_changed(SCALE_JSON, json.dumps(desc, indent=2, sort_keys=True) + "\n")
     say("scale: %s idle: %d nodes up in %.1fs (slurmds %.1fs, registration %.1fs); PSS %.0f MB "
         "(slurmctld %.0f, slurmds %.0f); SLURM_CONF=%s; site %s"
         % (c.nodelist, n, t3 - t0, t2 - t1, t3 - t2, mem["total_mb"], mem["slurmctld_mb"],
@@ -716,7 +722,7 @@ def cmd_down(clear=False):
     ctld = c.slurmctld()
     if ctld.pid():
         # Live jobs first: slurmctld would keep them in its state for the next start.
-        dc.run(["scancel", "--quiet", "--partition=gpu"], env=c.env(), check=False, timeout=60)
+        run(["scancel", "--quiet", "--partition=gpu"], env=c.env(), check=False, timeout=60)
     stopped = 0
     # SIGTERM to every slurmd at once, then wait: stopping 1,024 one by one is minutes.
     pids = []
@@ -751,7 +757,7 @@ def cmd_status():
     alive = sum(1 for d in daemons[:-2] if d.pid())
     sshds = c.sshds()
     sshd_alive = sum(1 for d in sshds if d.pid())
-    ctld = bool(c.slurmctld().pid()) and dc.ctld_up(c)
+    ctld = bool(c.slurmctld().pid()) and ctld_up(c)
     say("scale: %d nodes; slurmctld %s; munged %s; slurmds %d/%d running; node sshds %d/%d"
         % (n, "up" if ctld else "DOWN", "up" if c.munged().pid() else "DOWN", alive, n, sshd_alive, len(sshds)))
     if ctld:
@@ -783,7 +789,7 @@ def main(argv=None):
             if args.cmd == "down":
                 return cmd_down(clear=args.clear)
             return cmd_status()
-        except dc.DevClusterError as e:
+        except DevClusterError as e:
             print("scale: error: %s" % e, file=sys.stderr, flush=True)
             return 1
 
