@@ -198,3 +198,58 @@ def start_daemon(d):
     pid, started = d.start()
     say("%s: %-11s %s (pid %d)" % (d.cluster.name, d.label, "started" if started else "running", pid))
     return started
+
+
+class SlurmDaemons:
+    """The daemons every local cluster runs, for a class that says where their files are
+    (``slurm_conf``, ``munge_dir``/``munge_key``/``munge_socket``, ``ctld_dir`` and ``ctld_addr``,
+    ``slurmd_dir``): devcluster's clusters (slurmconf.Cluster) and scale.py's one large cluster."""
+
+    munge_threads = None          # munged's default; a cluster of many nodes wants more
+
+    def env(self):
+        """This environment, with the cluster's SLURM_CONF and none of a job's own variables."""
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
+            env.pop(var, None)
+        return env
+
+    def daemon_conf(self):
+        """slurm.conf lines for how the daemons bind, run, authenticate, and keep their state, pid
+        and log files."""
+        return [
+            # NoInAddrAny covers slurmd/srun/...; slurmctld needs its own flag.
+            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            "AuthInfo=socket=%s" % self.munge_socket,
+            "StateSaveLocation=%s" % (self.ctld_dir / "state"),
+            "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
+            "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),
+            "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
+            "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
+            "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+        ]
+
+    def munged(self):
+        m = self.munge_dir
+        threads = ["--num-threads=%d" % self.munge_threads] if self.munge_threads else []
+        return Daemon(self, "munged", "munged", [
+            "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
+            "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
+            "--seed-file=%s" % (m / "munged.seed")] + threads + ["-f"],
+            m / "munged.pid", str(self.munge_socket), m / "munged.log")
+
+    def slurmctld(self):
+        return Daemon(self, "slurmctld", "slurmctld", ["slurmctld", "-f", str(self.slurm_conf), "-i"],
+                      self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
+                      self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
+
+    def slurmd_daemon(self, node, addr):
+        """slurmd of ``node``, bound to ``addr`` (its UTS namespace's name)."""
+        return Daemon(self, "slurmd " + node, "slurmd", ["slurmd", "-f", str(self.slurm_conf), "-N", node],
+                      self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
+                      self.slurmd_dir / ("slurmd.%s.log" % node), node=node, uts_hostname=addr)

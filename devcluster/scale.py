@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # devcluster's helpers only (its rooms: clusterspec, daemons, hosttools, prepare, readiness), never its state.
 import clusterspec  # noqa: E402
 from clusterspec import DevClusterError, JOB_HOSTNAME, NODE_CPUS, NODE_MEM_MB, SSHD  # noqa: E402
-from daemons import Daemon, start_daemon, tail  # noqa: E402
+from daemons import Daemon, SlurmDaemons, start_daemon, tail  # noqa: E402
 from hosttools import need_programs, run, ssh_keygen, write_if_changed  # noqa: E402
 from prepare import make_fake_device  # noqa: E402
 from readiness import ctld_up, node_conditions, resumable_by_us, unavailable, wait_ctld  # noqa: E402
@@ -141,7 +141,7 @@ def spines(n):
             for k in range(0, len(names), LEAVES_PER_SPINE)]
 
 
-class Scale:
+class Scale(SlurmDaemons):
     """What devcluster.Daemon needs of a cluster (name, wrap, out_dir), plus the files."""
 
     def __init__(self, n):
@@ -175,33 +175,11 @@ class Scale:
     def wrap(self, argv):
         return [str(a) for a in argv]
 
-    def env(self):
-        env = dict(os.environ)
-        env["SLURM_CONF"] = str(self.slurm_conf)
-        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
-            env.pop(var, None)
-        return env
-
-    # ---- daemons (devcluster.Daemon: pid files, identity checks, stop) ----
-    def munged(self):
-        m = self.munge_dir
-        return Daemon(self, "munged", "munged", [
-            "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
-            "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
-            "--seed-file=%s" % (m / "munged.seed"), "--num-threads=%d" % MUNGE_THREADS, "-f",
-        ], m / "munged.pid", str(self.munge_socket), m / "munged.log")
-
-    def slurmctld(self):
-        return Daemon(self, "slurmctld", "slurmctld", ["slurmctld", "-f", str(self.slurm_conf), "-i"],
-                         self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
-                         self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
+    # ---- daemons (devcluster's SlurmDaemons: munged, slurmctld, env) ----
+    munge_threads = MUNGE_THREADS
 
     def slurmd(self, i):
-        node = node_name(i)
-        return Daemon(self, "slurmd " + node, "slurmd", ["slurmd", "-f", str(self.slurm_conf), "-N", node],
-                         self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
-                         self.slurmd_dir / ("slurmd.%s.log" % node), node=node,
-                         uts_hostname=node_addr(i))
+        return self.slurmd_daemon(node_name(i), node_addr(i))
 
     def sshd_dir(self, g):
         return self.sshd_root / ("g%02d" % g)
@@ -260,18 +238,7 @@ class Scale:
             # One port for all: each slurmd binds only its own NodeAddr.
             "SlurmdPort=%d" % SLURMD_PORT,
             "SrunPortRange=%d-%d" % SRUN_PORTS,
-            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            "AuthInfo=socket=%s" % self.munge_socket,
-            "StateSaveLocation=%s" % (self.ctld_dir / "state"),
-            "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
-            "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),
-            "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
-            "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
-            "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+        ] + self.daemon_conf() + [
             "SlurmctldDebug=info",
             # error only: 1,024 slurmds logging every job start at info fill
             # the disk and cost CPU for nothing a test reads.

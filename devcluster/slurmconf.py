@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clusterspec import (DB_NAME, DB_USER, HEALTH_CHECK_INTERVAL, hostlist, IN_ROOT, JOB_HOSTNAME, layout,
                          LOGIN_PORT, MARIADBD, NODE_CPUS, NODE_MEM_MB, REPO, SLURMDBD_ENV, SPECS, SSHD, STATE)
-from daemons import Daemon
+from daemons import Daemon, SlurmDaemons
 from hosttools import run, sshd_knows_option
 
 
@@ -35,7 +35,7 @@ def slurm_version(c):
     return _VERSIONS[key]
 
 
-class Cluster:
+class Cluster(SlurmDaemons):
     def __init__(self, name):
         spec = SPECS[name]
         self.name = name
@@ -118,34 +118,9 @@ class Cluster:
     def node_port(self, i):
         return 17020 + 100 * self.k + i
 
-    def env(self):
-        env = dict(os.environ)
-        env["SLURM_CONF"] = str(self.slurm_conf)
-        for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTERS"):
-            env.pop(var, None)
-        return env
-
-    # ---- daemons ---------------------------------------------------------
-    def munged(self):
-        m = self.munge_dir
-        return Daemon(self, "munged", "munged", [
-            "munged", "--key-file=%s" % self.munge_key, "--socket=%s" % self.munge_socket,
-            "--pid-file=%s" % (m / "munged.pid"), "--log-file=%s" % (m / "munged.log"),
-            "--seed-file=%s" % (m / "munged.seed"), "-f",
-        ], m / "munged.pid", str(self.munge_socket), m / "munged.log")
-
-    def slurmctld(self):
-        return Daemon(self, "slurmctld", "slurmctld",
-                      ["slurmctld", "-f", str(self.slurm_conf), "-i"],
-                      self.ctld_dir / "slurmctld.pid", str(self.slurm_conf),
-                      self.ctld_dir / "slurmctld.log", uts_hostname=self.ctld_addr)
-
+    # ---- daemons (munged, slurmctld and env() are SlurmDaemons') ---------
     def slurmd(self, node):
-        return Daemon(self, "slurmd " + node, "slurmd",
-                      ["slurmd", "-f", str(self.slurm_conf), "-N", node],
-                      self.slurmd_dir / ("slurmd.%s.pid" % node), str(self.slurm_conf),
-                      self.slurmd_dir / ("slurmd.%s.log" % node), node=node,
-                      uts_hostname=self.node_addr(self.nodes.index(node) + 1))
+        return self.slurmd_daemon(node, self.node_addr(self.nodes.index(node) + 1))
 
     def sshd(self):
         return Daemon(self, "sshd", "sshd",
@@ -218,19 +193,7 @@ class Cluster:
             "SlurmctldPort=%d" % self.ctld_port,
             "SlurmdPort=%d" % self.node_port(1),
             "SrunPortRange=%d-%d" % self.srun_ports,
-            # NoInAddrAny covers slurmd/srun/...; slurmctld needs its own flag.
-            "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            "AuthInfo=socket=%s" % self.munge_socket,
-            "StateSaveLocation=%s" % (self.ctld_dir / "state"),
-            "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
-            "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),
-            "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
-            "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
-            "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+        ] + self.daemon_conf() + [
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             # The machine has fewer CPUs/less memory than the nodes claim.
