@@ -32,8 +32,10 @@ Reported for each contender (.bench/goodput.json, and printed):
   step the job's lineage reached (a resumed attempt repeats the steps after its checkpoint;
   they count once);
 - per failure: detection (injected -> Slurm says the attempt ended), restart (ended -> the
-  next attempt queued), work lost (steps done since the checkpoint the next attempt resumed
-  from, in seconds);
+  next attempt queued), start (ended -> the next attempt running), not stepping (how long the
+  next attempt ran without stepping: its own start-up, PyTorch's imports and the rendezvous,
+  its checkpoint writes and its end), work lost (steps done since the checkpoint the next
+  attempt resumed from, in seconds);
 - restarts lost (a failure after which nothing ran again) and duplicated (two attempts of
   the lineage alive at once): both must be 0 for slurmkit.
 
@@ -373,6 +375,16 @@ def analyse(run, wall_end_epoch):
         done = STEP_RE.findall(outputs.get(job, ""))
         if done:
             f["work_lost_s"] = round(max(0, int(done[-1]) - (int(resumed[0]) if resumed else 0)) * STEP_SECONDS, 1)
+        # The next attempt's own cost: how long it ran without stepping (its start-up: PyTorch's
+        # imports, the rendezvous, loading the checkpoint; and its checkpoint writes and its end).
+        nstate, _, _, nstart, nend = jobs[nxt]
+        n_started = slurm_time(nstart) if nstate != "PENDING" else None
+        n_ended = slurm_time(nend) if nstate in FINISHED else None
+        n_ended = wall_end_epoch if n_ended is None or n_ended > wall_end_epoch else n_ended
+        stepped = STEP_RE.findall(outputs.get(nxt, ""))
+        if n_started and stepped:
+            progress = int(stepped[-1]) - (int(resumed[0]) if resumed else 0)
+            f["not_stepping_s"] = round(max(0.0, (n_ended - n_started) - progress * STEP_SECONDS), 1)
     return run.failures
 
 
@@ -438,7 +450,8 @@ def run_one(contender, work):
     print("   %s: goodput %.1f %% (%d steps of %.1f s in %d s), %d attempts, %d restarts lost, %d samples with "
           "two alive" % (contender, 100 * goodput, step, STEP_SECONDS, WALL, result["attempts"],
                          result["restarts_lost"], result["duplicated_samples"]), flush=True)
-    shown = ("ended_state", "job_state_after", "detection_s", "restart_s", "start_s", "work_lost_s", "skipped",
+    shown = ("ended_state", "job_state_after", "detection_s", "restart_s", "start_s", "not_stepping_s", "work_lost_s",
+             "skipped",
              "lost_restart", "requeued_by_slurm", "ended_too_late_to_restart")
     for f in failures:
         print("     %-11s t=%5.1f %s" % (f["kind"], f["t"], ", ".join("%s=%s" % (k, f[k]) for k in shown if k in f)),
