@@ -194,6 +194,9 @@ class CommandBackend(SlurmBackend):
         if result.ok:
             return result
         message = parsers.first_error_line(result.stderr or result.stdout)
+        if not (result.stderr or result.stdout).strip():
+            # Nothing said: how it ended is all there is (a signal shows as a negative status).
+            message = "%s, exit status %s" % (message, result.returncode)
         where = (" on cluster %s" % self.cluster_name) if self.cluster_name else ""
         if UNREACHABLE_RE.search(result.stderr or ""):
             # sacct talks to the accounting daemon, every other command to the controller

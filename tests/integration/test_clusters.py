@@ -134,11 +134,12 @@ def test_table_and_cluster_selection(dev, home):
 
 # ------------------------------------------------------------------ one cluster broken
 
-def test_stopped_sshd_is_unreachable_and_fast(dev, home, devcluster_control):
+def test_stopped_sshd_is_unreachable_at_once(dev, home, devcluster_control):
     with devcluster_control.sshd_stopped("gamma"):
-        proc, statuses, elapsed = clusters_json(home)
+        proc, statuses, _ = clusters_json(home)
     assert proc.returncode == 0, proc.stderr                      # some clusters answer
-    assert elapsed < 5, "took %.1f s with one sshd down" % elapsed
+    # "Connection refused", not a connect timeout: nothing waited (a wall-clock bound would only
+    # measure how busy CI's shared machine was).
     gamma = statuses["gamma"]
     assert gamma["reachable"] is False
     assert gamma["reason"] == ("cannot reach login node 127.0.3.2:2222 of cluster gamma: Connection refused "
@@ -151,15 +152,16 @@ def test_stopped_sshd_is_unreachable_and_fast(dev, home, devcluster_control):
 @pytest.mark.slow
 def test_stopped_slurmctld_is_unreachable(dev, home, devcluster_control):
     with devcluster_control.ctld_stopped("gamma"):
-        proc, statuses, elapsed = clusters_json(home)
+        proc, statuses, _ = clusters_json(home)
     assert proc.returncode == 0, proc.stderr
     gamma = statuses["gamma"]
     assert gamma["reachable"] is False
     assert gamma["reason"].startswith("slurmctld of cluster gamma does not answer: ")
     assert "scontrol ping" in gamma["reason"] and "DOWN" in gamma["reason"]
     assert gamma["version"] == installed_version("gamma")        # the login node itself answered
-    # scontrol ping answers at once; the RPC commands (which would each wait ~10 s) are skipped
-    assert elapsed < 5, "took %.1f s" % elapsed
+    # That the RPC commands (each would retry for ~10 s) are skipped after the failed ping is the
+    # probe script's own test (tests/unit/test_probe.py), not a wall-clock bound here: CI's machine
+    # is shared, and a loaded one took 9.2 s for what takes 1 s alone.
     assert_healthy(dev, statuses["alpha"])
     assert_healthy(dev, statuses["beta"])
 
@@ -253,12 +255,11 @@ def test_probe_script_on_real_slurm_counts_pending_and_fails_fast(devcluster, de
     finally:
         slurm_cmd("gamma", "scancel", *held)
     with devcluster_control.ctld_stopped("gamma"):
-        start = time.monotonic()
         out = subprocess.run(probe_argv(), env=env, capture_output=True, text=True, timeout=30)
-        elapsed = time.monotonic() - start
     status = parse_probe(out.stdout, out.stderr, out.returncode, "gamma")
     assert not status.reachable and "scontrol ping" in status.reason and "DOWN" in status.reason
-    assert elapsed < 3   # the ping answers at once; the RPC commands would each wait ~9 s
+    # The ping answers at once; the RPC commands, which would each retry for ~9 s, never ran.
+    assert " begin ping" in out.stdout and " begin nodes" not in out.stdout and " begin pending" not in out.stdout
 
 
 def slurm_cmd(cluster, *argv):

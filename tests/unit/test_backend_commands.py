@@ -107,6 +107,15 @@ def test_squeue_unreachable_is_an_error():
         slurm.jobs_by_id(["1"])
 
 
+def test_a_command_that_fails_saying_nothing_is_named_with_its_exit_status():
+    # scontrol killed by a signal (CI once saw "scontrol show node failed ...: (no message)" and
+    # nothing more): the status is the one clue there is.
+    slurm = FakeSlurm("scale", nodes=["sn1"])
+    slurm.answer(["scontrol", "--oneliner", "--details", "show", "node"], returncode=-11)
+    with pytest.raises(SlurmCommandError, match=r"show node failed on cluster scale: \(no message\), exit status -11$"):
+        slurm.node_states(["sn1"])
+
+
 def test_recorded_sacct_without_accounting_reads_as_no_jobs():
     # What sacct really says on beta (AccountingStorageType=none): accounting() is empty, not an error.
     r = recorded("beta", "sacct")

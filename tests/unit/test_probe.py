@@ -62,6 +62,29 @@ def test_probe_argv_is_one_constant_shell_command():
     assert "| wc -l" in survey.PROBE_SCRIPT
 
 
+@pytest.mark.parametrize("failing,ran", [
+    ("ping", ["scontrol --version", "scontrol ping"]),
+    ("show", ["scontrol --version", "scontrol ping", "scontrol --oneliner --details show node"]),
+    ("", ["scontrol --version", "scontrol ping", "scontrol --oneliner --details show node",
+          "squeue --noheader --states=PENDING --format=%i"]),
+], ids=["slurmctld down", "nodes refused", "all answer"])
+def test_the_probe_skips_every_rpc_command_once_one_fails(tmp_path, failing, ran):
+    # Each RPC command retries for about MessageTimeout (10 s) against a slurmctld that is down:
+    # the real script, in a real shell, with stand-ins that record what ran.
+    import subprocess
+
+    log = tmp_path / "ran.log"
+    for tool in ("scontrol", "squeue"):
+        (tmp_path / tool).write_text('#!/bin/sh\necho "%s $*" >>%s\ncase " $* " in *" %s "*) exit 1;; esac\n'
+                                     'case "$1" in --version) echo "slurm 22.05.8";; esac\nexit 0\n'
+                                     % (tool, log, failing or "nothing-fails"))
+        (tmp_path / tool).chmod(0o755)
+    proc = subprocess.run(survey.probe_argv(), capture_output=True, text=True, timeout=30,
+                          env={"PATH": "%s:/usr/bin:/bin" % tmp_path})
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().splitlines() == ran
+
+
 # ------------------------------------------------------------------ parse_probe on recorded output
 
 @pytest.mark.parametrize("name,partitions,nodes,accel", [
