@@ -62,7 +62,7 @@ class Budget:
     max_restarts: int = 10
     per_cause: Dict[str, int] = field(default_factory=lambda: {
         NODE_FAIL: 5, BOOT_FAIL: 3, LAUNCH_FAILED: 3, PREEMPTED: 20, TIMEOUT: 20, TRANSIENT_EXIT: 3, HUNG: 3})
-    backoff_s: float = 30.0          # the second restart of one cause waits this long, doubling after
+    backoff_s: float = 30.0          # the second restart in a row of one cause waits this long, doubling after
     backoff_max_s: float = 900.0
     quick_failure_s: float = 120.0   # an attempt that fails within this long after starting "failed soon"
     max_quick_failures: int = 3      # that many in a row is a crash loop
@@ -140,6 +140,27 @@ def _previous(history: Sequence[AttemptView], attempt: AttemptView):
     return [a for a in history if a.number < attempt.number]
 
 
+# Endings that are the scheduler's decision, not a fault that may repeat at once: a preempted job
+# goes back into the queue anyway, and a time limit is restarted only from a newer checkpoint.
+NO_BACKOFF = (PREEMPTED, TIMEOUT)
+
+
+def backoff(cause: str, chain: Sequence[AttemptView], budget: Budget) -> float:
+    """How long the restart after the last attempt of ``chain`` waits: nothing after the first of a
+    run of failures of one cause, then ``backoff_s``, doubling with each more in a row, up to
+    ``backoff_max_s``.  Only failures in a row count: a node failure on day 10 of a run is not
+    the second of a loop because another node failed on day 3 and the job ran on between them.
+    A preemption or a time limit never waits."""
+    if cause in NO_BACKOFF:
+        return 0.0
+    in_a_row = 0
+    for a in reversed(chain):
+        if a is not chain[-1] and a.cause != cause:
+            break
+        in_a_row += 1
+    return 0.0 if in_a_row == 1 else min(budget.backoff_s * 2 ** (in_a_row - 2), budget.backoff_max_s)
+
+
 def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Optional[int],
            budget: Budget = Budget(), transient_codes: Iterable[int] = (),
            unusable_nodes: Iterable[str] = ()) -> Decision:
@@ -206,7 +227,7 @@ def decide(attempt: AttemptView, history: Sequence[AttemptView], latest_step: Op
             return Decision(False, cause, "no checkpoint progress in %d attempts in a row (still at %s)" % (
                 stuck, "step %d" % latest_step if latest_step is not None else "no checkpoint"))
 
-    delay = 0.0 if len(same) == 1 else min(budget.backoff_s * 2 ** (len(same) - 2), budget.backoff_max_s)
+    delay = backoff(cause, chain, budget)
     unusable = set(unusable_nodes)
     exclude = tuple(sorted(n for n in attempt.nodes if n in unusable))
     if not exclude and cause in (NODE_FAIL, BOOT_FAIL, LAUNCH_FAILED):

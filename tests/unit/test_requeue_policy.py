@@ -83,6 +83,31 @@ def test_per_cause_budget_and_backoff():
     assert delays == [0, 30, 60, None]          # the 4th node failure exceeds the budget of 3
 
 
+def _delays(endings, budget=Budget(backoff_s=30, backoff_max_s=1000)):
+    """The delay before each restart of a job that ended as ``endings`` say, one attempt each."""
+    history, delays = [], []
+    for n, (state, exit_code) in enumerate(endings, start=1):
+        a = attempt(number=n, state=state, exit_code=exit_code, runtime=600, resume_step=n * 10)
+        d = decide(a, history, latest_step=n * 10 + 5, budget=budget, transient_codes={75})
+        assert d.restart, d.reason
+        delays.append(d.delay_s)
+        history.append(AttemptView(**dict(a.__dict__, cause=d.cause)))
+    return delays
+
+
+def test_backoff_counts_only_failures_of_one_cause_in_a_row():
+    node, transient = ("NODE_FAIL", 0), ("FAILED", 75)
+    # A node failure after other endings is the first of its run again: the job ran on between them.
+    assert _delays([node, transient, node, transient, node]) == [0, 0, 0, 0, 0]
+    assert _delays([node, node, node, transient, node, node]) == [0, 30, 60, 0, 0, 30]
+
+
+def test_a_preemption_or_a_time_limit_never_waits():
+    assert _delays([("PREEMPTED", 0)] * 4) == [0, 0, 0, 0]
+    assert _delays([("TIMEOUT", 0)] * 4) == [0, 0, 0, 0]
+    assert _delays([("PREEMPTED", 0), ("NODE_FAIL", 0), ("NODE_FAIL", 0)]) == [0, 0, 30]
+
+
 def test_crash_loop_is_stopped():
     history = []
     budget = Budget(per_cause={policy.TRANSIENT_EXIT: 10}, max_quick_failures=3, quick_failure_s=120)
