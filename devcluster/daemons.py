@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from clusterspec import DevClusterError, say
+from clusterspec import DevClusterError, NODE_CPUS, NODE_MEM_MB, say
 
 
 def read_pid(pidfile):
@@ -232,6 +232,20 @@ class SlurmDaemons:
             "SlurmdSpoolDir=%s/%%n" % self.slurmd_dir,
             "SlurmdPidFile=%s/slurmd.%%n.pid" % self.slurmd_dir,
             "SlurmdLogFile=%s/slurmd.%%n.log" % self.slurmd_dir,
+        ]
+
+    def node_conf(self):
+        """slurm.conf lines for what the nodes are: fewer CPUs and less memory here than they claim,
+        no cgroups, cores and memory as consumable, a switch tree."""
+        return [
+            # The machine has fewer CPUs/less memory than the nodes claim.
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=%d" % (NODE_MEM_MB // NODE_CPUS),
+            "TopologyPlugin=topology/tree",
         ]
 
     def munged(self):

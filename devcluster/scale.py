@@ -243,13 +243,7 @@ class Scale(SlurmDaemons):
             # error only: 1,024 slurmds logging every job start at info fill
             # the disk and cost CPU for nothing a test reads.
             "SlurmdDebug=error",
-            "SlurmdParameters=config_overrides",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=%d" % (NODE_MEM_MB // NODE_CPUS),
-            "TopologyPlugin=topology/tree",
+        ] + self.node_conf() + [
             "GresTypes=gpu",
             "MpiDefault=none",
             "PropagateResourceLimits=NONE",

@@ -196,14 +196,7 @@ class Cluster(SlurmDaemons):
         ] + self.daemon_conf() + [
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
-            # The machine has fewer CPUs/less memory than the nodes claim.
-            "SlurmdParameters=config_overrides",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=%d" % (NODE_MEM_MB // NODE_CPUS),
-            "TopologyPlugin=topology/tree",
+        ] + self.node_conf() + [
             "GresTypes=%s" % self.gres_name,
             "MpiDefault=none",
             "PropagateResourceLimits=NONE",
