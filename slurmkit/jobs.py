@@ -49,8 +49,8 @@ class Submission(NamedTuple):
         return {"id": str(self.ref), "cluster": self.ref.cluster, "job_id": self.ref.job_id,
                 "token": self.token, "partition": self.rendered.partition, "template": self.rendered.template,
                 "switches": self.rendered.switches, "switch_wait": self.rendered.switch_wait,
-                "constraint": self.rendered.constraint, "existed": self.existed,
-                "warnings": list(self.rendered.warnings)}
+                "constraint": self.rendered.constraint, "image": self.rendered.image,
+                "runtime": self.rendered.runtime, "existed": self.existed, "warnings": list(self.rendered.warnings)}
 
 
 def parse_ref(text: str, session: Session) -> JobRef:

@@ -19,6 +19,7 @@ COMMANDS = {
     "wait": "slurmkit.cli.job_commands:wait",
     "cancel": "slurmkit.cli.job_commands:cancel",
     "templates": "slurmkit.cli.site_commands:templates",
+    "images": "slurmkit.cli.site_commands:images",
     "site": "slurmkit.cli.site_commands:site",
     "topology": "slurmkit.cli.cluster_commands:topology",
     "clusters": "slurmkit.cli.cluster_commands:clusters_command",

@@ -162,6 +162,12 @@ def host_key_offer_text(offer) -> str:
         offer.cluster, offer.hostport, offer.keytype, offer.fingerprint, offer.target_file)
 
 
+def images_table(rows) -> str:
+    """``slurmkit images``: one row per image name and the partitions that run it the same way."""
+    return format_table([[r.cluster, ",".join(r.partitions), r.runtime, r.image, r.location] for r in rows],
+                        ["CLUSTER", "PARTITIONS", "RUNTIME", "IMAGE", "WHERE"])
+
+
 def templates_table(found, describe) -> str:
     rows = [[name, describe(path), str(path)] for name, path in sorted(found.items())]
     return format_table(rows, ["TEMPLATE", "DESCRIPTION", "FILE"])

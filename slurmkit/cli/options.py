@@ -200,6 +200,18 @@ def _parse_env(ctx, param, values):
     return env
 
 
+def _mount_values(ctx, param, values):
+    """Each ``--mount`` checked with the containers' grammar, refused here with the option."""
+    from slurmkit.containers.grammar import parse_mount
+
+    for value in values:
+        try:
+            parse_mount(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return tuple(values)
+
+
 JOB_OPTIONS = [
     click.option("--partition", "-p", metavar="NAME", callback=text_value,
                  help="Partition (default: the site's default)."),
@@ -240,6 +252,13 @@ JOB_OPTIONS = [
                  help="Node features the job needs (sbatch --constraint), e.g. a100 or a100&ib. With --comm heavy "
                       "on a cluster with switch groups, features joined by '&' are combined with the group."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
+    click.option("--image", metavar="NAME|PATH|REF", callback=text_value,
+                 help="Run the job's step in this container image: a name the site defines for the cluster "
+                      "('slurmkit images'), a path or a registry reference its runtime takes. The batch script "
+                      "stays on the host."),
+    click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST[:ro]]", callback=_mount_values,
+                 help="With --image: also mount SRC (an absolute path on the node) at DST in the image "
+                      "(repeatable); the working and checkpoint directories are mounted at their own paths."),
     click.option("--token", metavar="TOKEN", callback=text_value,
                  help="Idempotency token: if a job with this token exists, it is reported instead of "
                       "submitting again."),
@@ -292,7 +311,8 @@ def job_spec_from(kwargs):
         switches=kwargs.pop("switches"), template=kwargs.pop("template"), name=kwargs.pop("job_name"),
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
         exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"),
-        nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"), constraint=kwargs.pop("constraint"))
+        nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"), constraint=kwargs.pop("constraint"),
+        image=kwargs.pop("image"), mounts=kwargs.pop("mounts"))
 
 
 # More node names than any cluster has: a range beyond it is a typo (an[1-99999999]), and

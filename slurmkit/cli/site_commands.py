@@ -3,7 +3,7 @@
 import click
 
 from slurmkit.cli.cluster_commands import trust_command
-from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
+from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
 
 
 @click.command(context_settings=CONTEXT)
@@ -21,6 +21,35 @@ def templates(site):
 
     site_obj = find_site(site) if site else None
     click.echo(display.templates_table(rendering.available_templates(site_obj), rendering.template_description))
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+@cluster_option(help="Only this cluster (default: every cluster of the site).")
+@json_option
+@pass_session
+def images(session, cluster, as_json):
+    """List the container images each cluster can run (--image NAME), with its runtime.
+
+    A path or a registry reference works too where the runtime takes one
+    (pyxis, apptainer, podman-hpc).
+
+    \b
+    Example:
+      slurmkit images --site mysite --cluster hopper
+    """
+    from slurmkit.cli import display
+    from slurmkit.containers import catalog
+
+    clusters = [session.site.cluster(cluster)] if cluster else list(session.site.clusters.values())
+    rows = catalog.rows(clusters)
+    if as_json:
+        print_json({"images": [row.to_dict() for row in rows],
+                    "runtimes": [{"cluster": c, "partition": p, "runtime": r} for c, p, r in catalog.runtimes_of(clusters)]})
+    elif rows:
+        click.echo(display.images_table(rows))
+    else:
+        click.echo("no images defined (the site's clusters.<cluster>.containers.images)")
 
 
 @click.group(context_settings=CONTEXT)

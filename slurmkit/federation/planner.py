@@ -126,6 +126,14 @@ def partition_choices(site: Site, cluster: Cluster, spec: JobSpec, partition: Op
             reasons.append("partition %s has %s, not %s" % (part.name, part.gpu_model or part.accelerator,
                                                              "/".join(accel)))
             continue
+        if spec.image is not None:
+            from slurmkit.containers.catalog import ImageRefusal, resolve
+
+            try:
+                resolve(part.containers, spec.image, cluster.name, part.name)
+            except ImageRefusal as exc:
+                reasons.append(str(exc))
+                continue
         gpus = part.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
         try:
             check_fit(spec, part, cluster, gpus, spec.time or site.defaults.time)

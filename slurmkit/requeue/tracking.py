@@ -22,6 +22,7 @@ def spec_to_plain(spec) -> dict:
     data["command"] = list(spec.command)
     data["env"] = dict(spec.env)
     data["exclude"] = list(spec.exclude)
+    data["mounts"] = list(spec.mounts)
     for per_attempt in ("token", "checkpoint_dir", "attempt", "resume_from"):
         data.pop(per_attempt, None)
     return data
@@ -33,6 +34,7 @@ def spec_from_plain(data: dict):
     values = dict(data)
     values["command"] = tuple(values["command"])
     values["exclude"] = tuple(values.get("exclude") or ())
+    values["mounts"] = tuple(values.get("mounts") or ())
     known = set(JobSpec._fields)
     return JobSpec(**{k: v for k, v in values.items() if k in known})
 

@@ -109,7 +109,7 @@ def _read(entry, key) -> Optional[Tuple[RenderedJob, str]]:
         return RenderedJob(script=r["script"], warnings=tuple(r["warnings"]), template=r["template"],
                            cluster=r["cluster"], partition=r["partition"], switches=r["switches"],
                            switch_wait=r["switch_wait"], output=r["output"], name=r["name"],
-                           constraint=r["constraint"]), data["placeholder"]
+                           constraint=r["constraint"], image=r["image"], runtime=r["runtime"]), data["placeholder"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

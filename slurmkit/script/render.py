@@ -133,6 +133,21 @@ class JobSpec(NamedTuple):
     checkpoint_dir: Optional[str] = None
     attempt: Optional[int] = None
     resume_from: Optional[str] = None
+    # Run the step in a container image (slurmkit.containers): a name the site defines for the
+    # cluster, a path or a reference the cluster's runtime takes; mounts as SRC[:DST[:ro]].
+    image: Optional[str] = None
+    mounts: Tuple[str, ...] = ()
+
+
+class ContainerLaunch(NamedTuple):
+    """What the templates print to start each task in the job's image (see :func:`container_launch`)."""
+
+    runtime: str
+    image: str                               # as the user named it
+    location: str                            # where the runtime finds it on the cluster
+    srun: Trusted                            # srun options of the runtime, with a trailing space, or ""
+    task: Trusted                            # the runtime's command and the in-image check, before each task
+    prologue: Tuple[Trusted, ...]            # batch-script lines (on the host) before the first step
 
 
 class RenderedJob(NamedTuple):
@@ -146,12 +161,14 @@ class RenderedJob(NamedTuple):
     output: Optional[str] = None             # the --output pattern rendered (checked before sbatch)
     name: Optional[str] = None               # the job name rendered (Slurm's %x)
     constraint: Optional[str] = None         # the --constraint rendered (the user's, a switch group's, both)
+    image: Optional[str] = None              # where the job's image is on the cluster, with its runtime
+    runtime: Optional[str] = None
 
     def to_dict(self):
         """Everything but the script, for ``--json`` output."""
         return {"cluster": self.cluster, "partition": self.partition, "template": self.template,
                 "switches": self.switches, "switch_wait": self.switch_wait, "constraint": self.constraint,
-                "warnings": list(self.warnings)}
+                "image": self.image, "runtime": self.runtime, "warnings": list(self.warnings)}
 
 
 class Launch(NamedTuple):
@@ -601,6 +618,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     # `python train.py` is job "train", not "python".
     name = spec.name or launch.name
     fabric_env, user_exports, requeue_exports, user_sets = _job_environment(spec, partition, template_name, warnings)
+    container = container_launch(cluster, partition, spec, template_name, fabric_env)
     lo, hi = site.rendezvous_ports
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
@@ -619,13 +637,15 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         "launch_prefix": Trusted("" if launch.runs_python else "--no-python "),
         "nproc_per_node": workers,
         "rdzv_ports": (lo, hi),
+        "container": container,
     }
     script = _checked_script(site, template_name, context, spec, user_exports, constraint)
     warnings.extend(user_sets.warnings)
     return RenderedJob(script=script, warnings=tuple(warnings), template=template_name,
                        cluster=cluster.name, partition=partition.name, switches=switches,
                        switch_wait=wait, output=spec.output or output_file_name(name), name=name,
-                       constraint=constraint)
+                       constraint=constraint, image=container.location if container else None,
+                       runtime=container.runtime if container else None)
 
 
 def _check_request(spec: JobSpec) -> None:
@@ -719,6 +739,115 @@ def _job_environment(spec: JobSpec, partition: Partition, template_name: str, wa
             requeue_env["SLURMKIT_RESUME_FROM"] = spec.resume_from
         requeue_exports = _exports(requeue_env, "requeue")
     return fabric_env, user_exports, requeue_exports, _UserEnv(spec.env, template_name)
+
+
+# Variables the templates set on the host that the program in the image reads (besides the fabric's
+# and the --env ones): the rendezvous of the srun and torchrun templates, and the requeue daemon's.
+_RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "SLURMKIT_NODE_ADDRS")
+_REQUEUE_VARIABLES = ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_STEP_DIR", "SLURMKIT_HEARTBEAT",
+                      "PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE")
+
+# Runs first in the image, before the task (as `bash -c "$slurmkit_in_image" slurmkit-in-image IMAGE
+# HOST_ROOT HOST_NET DIR... -- TASK...`): the task must really be in the image (its root is another
+# mount than the host's: Slurm runs a --container job on the host when the node has no oci.conf), in
+# the host's network (a private one cuts the rendezvous), and see the job's directories at their paths.
+IN_IMAGE_CHECK = r"""i=$1 h=$2 n=$3; shift 3
+where=${SLURMD_NODENAME:-${HOSTNAME:-this node}}
+r=
+if [[ -r /proc/self/mountinfo ]]; then
+    while read -r a b c d m e; do [[ $m == / ]] && r=$a; done </proc/self/mountinfo
+fi
+if [[ -n $h && $r == "$h" ]]; then
+    echo "slurmkit: error: the task on $where runs on the host, not in image $i: the runtime did not start it" \
+        "(runtime oci: the node needs an oci.conf beside its slurm.conf)" >&2
+    exit 1
+fi
+if [[ -n $n && -e /proc/self/ns/net ]] && command -v readlink >/dev/null && [[ $(readlink /proc/self/ns/net) != "$n" ]]; then
+    echo "slurmkit: error: image $i runs in a network namespace of its own on $where, where the other nodes of the job" \
+        "cannot reach it: run it in the network of the host (an OCI bundle: remove the network namespace from its" \
+        "config.json)" >&2
+    exit 1
+fi
+while (($#)) && [[ $1 != -- ]]; do
+    [[ -d $1 ]] || { echo "slurmkit: error: $1 is not in image $i on $where: mount it (--mount $1) or add it to the image" >&2; exit 1; }
+    shift
+done
+shift
+exec "$@"
+"""
+
+
+def container_launch(cluster: Cluster, partition: Partition, spec: JobSpec, template_name: str,
+                     fabric_env: Dict[str, str]) -> Optional[ContainerLaunch]:
+    """How the job's tasks start in its image on ``partition`` (None without ``--image``): the image
+    resolved through the site's names, the mounts checked, the runtime's adapter asked, and the
+    in-job checks.  A runtime that cannot do what the job asks is a UsageError naming it."""
+    if spec.image is None:
+        if spec.mounts:
+            raise UsageError("--mount applies to jobs in a container image: add --image NAME")
+        return None
+    from slurmkit.containers import catalog, grammar, runtimes
+
+    settings = partition.containers
+    try:
+        location = catalog.resolve(settings, spec.image, cluster.name, partition.name)
+    except catalog.ImageRefusal as exc:
+        raise UsageError("--image: %s" % exc) from None
+    mounts: Dict[str, object] = {}
+    for text, source in [(m, "the site's containers.mounts") for m in settings.mounts] + \
+                        [(m, "--mount") for m in spec.mounts]:
+        try:
+            mount = grammar.parse_mount(text)
+        except ValueError as exc:
+            raise UsageError("%s: %s" % (source, exc)) from None
+        mounts[mount.target] = mount          # the user's over the site's, by target
+    must_see = ["$PWD"]
+    if spec.checkpoint_dir is not None:
+        must_see.append(spec.checkpoint_dir)
+        if settings.runtime != "oci" and not any(t == spec.checkpoint_dir for t in mounts):
+            mounts[spec.checkpoint_dir] = grammar.Mount(spec.checkpoint_dir, spec.checkpoint_dir)
+    # Exactly the variables the script sets (a runtime told to pass an unset one may set it empty).
+    env = list(fabric_env) + list(spec.env)
+    if template_name != "single":
+        env += _RENDEZVOUS_VARIABLES
+    if spec.checkpoint_dir is not None:
+        env += _REQUEUE_VARIABLES + (("SLURMKIT_RESUME_FROM",) if spec.resume_from else ())
+    env += [name for name in settings.env if name not in env]
+    request = runtimes.Request(image=location, mounts=tuple(mounts.values()), env=tuple(dict.fromkeys(env)),
+                               accelerator=partition.accelerator,
+                               rdma=partition.fabric.type in ("infiniband", "roce"))
+    try:
+        wrapped = runtimes.wrap(settings.runtime, request)
+    except runtimes.RuntimeRefusal as exc:
+        raise UsageError("%s (cluster %s, partition %s)" % (exc, cluster.name, partition.name)) from None
+    srun = runtimes.words_text(wrapped.srun_options, shell_quote)
+    checked = " ".join('"$PWD"' if d == "$PWD" else shell_quote(d) for d in must_see)
+    task = "%sbash -c \"$slurmkit_in_image\" slurmkit-in-image %s \"$slurmkit_host_root\" \"$slurmkit_host_net\" %s --" % (
+        runtimes.words_text(wrapped.prefix, shell_quote) + " " if wrapped.prefix else "", shell_quote(spec.image), checked)
+    prologue = ['export USER="${USER:-$(id -un)}"'] if wrapped.needs_user else []
+    if grammar.is_path(location):
+        prologue.append('[[ -e %s ]] || { echo "slurmkit: error: image %s is not on node $SLURMD_NODENAME at %s: '
+                        'copy it there or fix the site\'s containers.images" >&2; exit 1; }'
+                        % (shell_quote(location), _in_double_quotes(spec.image), _in_double_quotes(location)))
+    if wrapped.binary:
+        prologue.append('command -v %s >/dev/null || { echo "slurmkit: error: runtime %s needs %s, which is not on '
+                        'node $SLURMD_NODENAME (PATH=$PATH)" >&2; exit 1; }'
+                        % (shell_quote(wrapped.binary), settings.runtime, wrapped.binary))
+    prologue += [
+        "# What the in-image check compares with: the host's root mount and network namespace.",
+        "slurmkit_host_root=",
+        "while read -r slurmkit_a _ _ _ slurmkit_m _; do [[ $slurmkit_m == / ]] && slurmkit_host_root=$slurmkit_a; "
+        "done </proc/self/mountinfo",
+        "slurmkit_host_net=$(readlink /proc/self/ns/net 2>/dev/null || true)",
+        "slurmkit_in_image=" + shell_quote(IN_IMAGE_CHECK)]
+    return ContainerLaunch(runtime=settings.runtime, image=spec.image, location=location,
+                           srun=Trusted(srun + " " if srun else ""), task=Trusted(task),
+                           prologue=tuple(Trusted(line) for line in prologue))
+
+
+def _in_double_quotes(text: str) -> str:
+    """``text`` for the inside of a double-quoted shell string: nothing in it expands."""
+    return re.sub(r'(["\\$`])', r"\\\1", text)
 
 
 def _checked_script(site: Site, template_name: str, context: dict, spec: JobSpec, user_exports,

@@ -8,7 +8,7 @@ accelerator, health settings a cluster inherits from the site).
 """
 
 from slurmkit.site import checkers, schema
-from slurmkit.site.model import (Cluster, ClusterHealth, Defaults, Fabric, HealthChecks, HealthMount,
+from slurmkit.site.model import (Cluster, ClusterHealth, ContainerSettings, Defaults, Fabric, HealthChecks, HealthMount,
                                  HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
                                  RoceSettings, Site, default_gres_name)
 
@@ -71,11 +71,25 @@ def _build_partition_health(value):
     return HealthChecks(**fields)
 
 
+def _build_containers(value, over=ContainerSettings()):
+    """A ``containers`` mapping over ``over`` (a partition's over its cluster's): each key given replaces
+    the one below, except ``images``, which adds to it (and replaces an image of the same name)."""
+    if not value:
+        return over
+    return ContainerSettings(
+        runtime=value.get("runtime") or over.runtime,
+        images=dict(over.images, **(value.get("images") or {})),
+        mounts=tuple(value["mounts"]) if value.get("mounts") is not None else over.mounts,
+        env=tuple(value["env"]) if value.get("env") is not None else over.env)
+
+
 def _build_cluster(name, value, site_health=None):
     login = value.get("login")
+    containers = _build_containers(value.get("containers"))
     return Cluster(
         name=name,
-        partitions={pname: _build_partition(pname, part) for pname, part in value["partitions"].items()},
+        partitions={pname: _build_partition(pname, part, containers) for pname, part in value["partitions"].items()},
+        containers=containers,
         slurm_conf=value.get("slurm_conf"),
         login=None if login is None else LoginNode(
             host=login["host"], port=login["port"], user=login.get("user"),
@@ -103,7 +117,7 @@ def _build_prices(value):
     return tuple(windows)
 
 
-def _build_partition(name, value):
+def _build_partition(name, value, cluster_containers=ContainerSettings()):
     accelerator = value["accelerator"]
     max_time = value.get("max_time")
     return Partition(
@@ -119,6 +133,7 @@ def _build_partition(name, value):
         fabric=_build_fabric(value.get("fabric")),
         gres_name=value.get("gres_name") or default_gres_name(accelerator),
         health=_build_partition_health(value.get("health")),
+        containers=_build_containers(value.get("containers"), cluster_containers),
     )
 
 

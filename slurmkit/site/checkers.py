@@ -271,6 +271,17 @@ def check_partition(part):
 def check_cluster(cluster):
     problems = []
     parts = cluster.get("partitions")
+    ours = cluster.get("containers") if isinstance(cluster.get("containers"), dict) else {}
+    if isinstance(parts, dict):
+        # Images need a runtime: the partition's own, else the cluster's.
+        for name, part in parts.items():
+            theirs = part.get("containers") if isinstance(part, dict) else None
+            if isinstance(theirs, dict) and theirs.get("images") and not (theirs.get("runtime") or ours.get("runtime")):
+                problems.append((("partitions", name, "containers", "runtime"),
+                                 "images need a runtime: set containers.runtime here or on the cluster"))
+    if ours.get("images") and not ours.get("runtime"):
+        problems.append((("containers", "runtime"), "images need a runtime: set containers.runtime (one of oci, "
+                         "charliecloud, pyxis, apptainer, podman-hpc)"))
     default = cluster.get("default_partition")
     if isinstance(parts, dict) and isinstance(default, str) and default not in parts:
         problems.append((("default_partition",), "unknown partition %r; this cluster has: %s"
@@ -353,6 +364,58 @@ def check_ib_port(value):
     if not re.fullmatch(r"=?[A-Za-z0-9_.-]+(:[0-9]+)?", value, re.ASCII):
         return "%r is not an HCA port; use NAME:PORT as in /sys/class/infiniband, e.g. \"mlx5_0:1\"" % value
     return None
+
+
+# ---------------------------------------------------------------------------
+# Container images (one grammar with --image and --mount: slurmkit.containers.grammar)
+
+_IMAGE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
+
+
+def check_image_name(value):
+    if not _IMAGE_NAME_RE.fullmatch(value):
+        return ("%r is not a valid image name: use letters, digits, '.', '-' and '_' (starting with a letter or "
+                "digit), e.g. pytorch-25.01" % value)
+    return None
+
+
+def check_image_location(value):
+    from slurmkit.containers.grammar import image_problem
+
+    return image_problem(value)
+
+
+def check_container_mount(value):
+    from slurmkit.containers.grammar import parse_mount
+
+    try:
+        parse_mount(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_variable_name(value):
+    from slurmkit import envnames
+
+    if not envnames.NAME_RE.fullmatch(value):
+        return "%r is not a valid environment variable name (letters, digits and '_', not starting with a digit)" % value
+    return None
+
+
+def check_containers(containers):
+    """A runtime that starts images only from a path (oci, charliecloud) cannot be given a registry reference."""
+    from slurmkit.containers.grammar import IMAGE_FORMS, PATH_ONLY, is_path
+
+    problems = []
+    runtime = containers.get("runtime")
+    images = containers.get("images")
+    if runtime in PATH_ONLY and isinstance(images, dict):
+        for name, where in images.items():
+            if isinstance(where, str) and where is not INVALID and not is_path(where):
+                problems.append((("images", name), "runtime %s starts %s, named by its absolute path; %r is not one"
+                                 % (runtime, IMAGE_FORMS[runtime], where)))
+    return problems
 
 
 def check_mount_path(value):

@@ -274,7 +274,7 @@ class _Walker(object):
             if message:
                 self.add(path, _line(node), message, node)
                 return INVALID
-        if spec.get("path"):
+        if spec.get("path") or (spec.get("path_like") and value.startswith(("/", "~", "./", "../"))):
             value = self.resolve_path(value)
         return value
 

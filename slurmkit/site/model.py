@@ -151,6 +151,20 @@ def parse_drain_cap(value):
                      % value)
 
 
+class ContainerSettings(NamedTuple):
+    """How jobs run in container images on a cluster or partition (slurmkit.containers)."""
+
+    runtime: Optional[str] = None        # one of slurmkit.containers.grammar.RUNTIMES; None: no images here
+    images: Dict[str, str] = {}          # image name -> where it is on the cluster (shared default: never mutated)
+    mounts: Tuple[str, ...] = ()         # SRC[:DST[:ro]] every container job gets
+    env: Tuple[str, ...] = ()            # more host variables that must win over the image's own
+
+    @classmethod
+    def from_plain(cls, data):
+        return cls(runtime=data["runtime"], images=dict(data["images"]), mounts=tuple(data["mounts"]),
+                   env=tuple(data["env"]))
+
+
 class Partition(NamedTuple):
     name: str
     accelerator: str = "none"            # one of ACCELERATORS
@@ -163,6 +177,7 @@ class Partition(NamedTuple):
     fabric: Fabric = Fabric()
     gres_name: Optional[str] = None      # Slurm gres name; None: derive ("gpu" nvidia, "npu" ascend)
     health: HealthChecks = HealthChecks()
+    containers: ContainerSettings = ContainerSettings()   # the cluster's, with the partition's own keys
 
     @property
     def effective_gres_name(self):
@@ -206,6 +221,7 @@ class Cluster(NamedTuple):
     price_per_gpu_hour: Tuple[PriceWindow, ...] = ()
     default_partition: Optional[str] = None
     health: ClusterHealth = ClusterHealth()
+    containers: ContainerSettings = ContainerSettings()   # each partition's holds what applies there
 
 
 class Defaults(NamedTuple):
@@ -284,7 +300,8 @@ def site_from_plain(data: dict) -> Site:
         fabric = Fabric(**dict(f, hcas=tuple(f["hcas"]), roce=RoceSettings(**f["roce"])))
         # data["health"] without a default: a cache entry written before health existed is
         # a KeyError, which makes the cache load the file again.
-        return Partition(**dict(p, fabric=fabric, health=HealthChecks.from_plain(p["health"])))
+        return Partition(**dict(p, fabric=fabric, health=HealthChecks.from_plain(p["health"]),
+                                containers=ContainerSettings.from_plain(p["containers"])))
 
     def cluster(c):
         health = ClusterHealth(command=tuple(c["health"]["command"]), ssh=HealthSsh(**c["health"]["ssh"]))
@@ -292,7 +309,8 @@ def site_from_plain(data: dict) -> Site:
                               login=LoginNode(**c["login"]) if c["login"] else None,
                               price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"]),
                               # KeyError for an entry of an older slurmkit: a cache miss, loaded afresh.
-                              switch_group_features=tuple(c["switch_group_features"]), health=health))
+                              switch_group_features=tuple(c["switch_group_features"]), health=health,
+                              containers=ContainerSettings.from_plain(c["containers"])))
 
     return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),

@@ -37,6 +37,9 @@ A spec is a dict with:
 ``path``
     A file or directory: ``~`` is expanded and a relative path is made
     absolute against the config file's directory.
+``path_like``
+    A file or directory when it starts with ``/``, ``~``, ``./`` or ``../``
+    (then as ``path``), else a name kept as written (a registry reference).
 ``checker``
     For scalars: ``value -> message or None``.  For mappings and lists: a
     cross-key rule ``value -> [(relative key path tuple, message), ...]``
@@ -50,11 +53,13 @@ Null counts as absent for optional keys, so ``account: null`` is the same as
 leaving ``account`` out.
 """
 
-from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, check_drain_cap, check_env_name,
-                                    check_fabric, check_feature, check_health_skip, check_hours, check_ib_port,
-                                    check_mount_path, check_name, check_non_empty, check_partition,
-                                    check_port_range, check_price_windows, check_proxy_jump, check_site,
-                                    check_unique)
+from slurmkit.containers.grammar import RUNTIMES
+from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, check_container_mount,
+                                    check_containers, check_drain_cap, check_env_name, check_fabric, check_feature,
+                                    check_health_skip, check_hours, check_ib_port, check_image_location,
+                                    check_image_name, check_mount_path, check_name, check_non_empty,
+                                    check_partition, check_port_range, check_price_windows, check_proxy_jump,
+                                    check_site, check_unique, check_variable_name)
 from slurmkit.site.model import ACCELERATORS, FABRICS
 from slurmkit.times import TIME_FORMATS_TEXT
 
@@ -162,6 +167,29 @@ HEALTH_SSH = {
 HEALTH_COMMAND = {"type": "list", "items": {"type": "str", "checker": check_non_empty}, "min_items": 1,
                   "doc": "how the sweep runs the check on a node (--plan - --json is appended)"}
 
+# Jobs in container images (slurmkit submit --image): a cluster's, and a partition's where it differs.
+CONTAINERS = {
+    "type": "mapping",
+    "doc": "how jobs run in container images (--image); a partition's keys replace the cluster's, and its images "
+           "add to the cluster's",
+    "keys": {
+        "runtime": {"type": "str", "choices": RUNTIMES,
+                    "doc": "oci (Slurm's --container, with the cluster's oci.conf), charliecloud, pyxis (enroot), "
+                           "apptainer or podman-hpc"},
+        "images": {"type": "map_of", "key_checker": check_image_name,
+                   "values": {"type": "str", "checker": check_image_location, "path_like": True},
+                   "doc": "image name -> where it is on this cluster: an absolute path (bundle, directory, "
+                          "SquashFS, SIF) or a registry reference"},
+        "mounts": {"type": "list", "items": {"type": "str", "checker": check_container_mount},
+                   "doc": "SRC[:DST[:ro]] every container job gets (absolute paths), besides its working and "
+                          "checkpoint directories"},
+        "env": {"type": "list", "items": {"type": "str", "checker": check_variable_name},
+                "doc": "more variables of the host that must win over the image's own (slurmkit's fabric, "
+                       "rendezvous, requeue and --env variables always do)"},
+    },
+    "checker": check_containers,
+}
+
 PARTITION = {
     "type": "mapping",
     "doc": "one Slurm partition",
@@ -180,6 +208,7 @@ PARTITION = {
         "max_time": {"type": "time", "doc": "longest job (Slurm time); absent or UNLIMITED: no limit"},
         "fabric": FABRIC,
         "health": HEALTH_CHECKS,
+        "containers": CONTAINERS,
     },
     "checker": check_partition,
 }
@@ -233,6 +262,7 @@ CLUSTER = {
                        "values": PARTITION, "doc": "partition name -> partition"},
         "health": {"type": "mapping", "doc": "this cluster's health sweep settings (over the site's)",
                    "keys": {"command": HEALTH_COMMAND, "ssh": HEALTH_SSH}},
+        "containers": CONTAINERS,
     },
     "checker": check_cluster,
 }

@@ -467,7 +467,8 @@ def test_the_clusters_cap_on_the_switch_wait_is_rendered_with_a_warning():
                                  "120 in Slurm's SchedulerParameters); the site's max_switch_wait 00:30:00 is "
                                  "rendered as 00:02:00",)
     assert rendered.to_dict() == {"cluster": "hopper", "partition": "gpu", "template": "torchrun", "switches": 2,
-                                  "switch_wait": "00:02:00", "constraint": None, "warnings": list(rendered.warnings)}
+                                  "switch_wait": "00:02:00", "constraint": None, "image": None, "runtime": None,
+                                  "warnings": list(rendered.warnings)}
 
 
 @pytest.mark.parametrize("cap,wait,rendered_wait,warned", [

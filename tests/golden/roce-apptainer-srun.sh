@@ -1,0 +1,92 @@
+#!/bin/bash
+# Rendered by slurmkit for site example-roce, cluster ampere, partition a100 (template srun).
+#SBATCH --job-name=train
+#SBATCH --partition=a100
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=a100:8
+#SBATCH --time=02:00:00
+#SBATCH --output=slurmkit-train-%j.out
+#SBATCH --comment=slurmkit:0123456789abcdef
+
+set -euo pipefail
+
+# Environment modules named by the site.
+module load cuda/12.2
+module load nccl/2.19.3
+
+# Collective library settings for the roce fabric of partition a100.
+export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1
+export NCCL_SOCKET_IFNAME='^docker0,lo'
+export NCCL_IB_GID_INDEX=3
+export NCCL_IB_TC=106
+export NCCL_IB_SL=0
+export NCCL_IB_QPS_PER_CONNECTION=4
+
+# The job's steps run in image pytorch (apptainer, /apps/images/pytorch-2.5-cuda12.4.sif); this
+# script stays on the host.  Each task first checks that it really is in the image, in the host's
+# network, and sees the job's directories at their paths.
+[[ -e /apps/images/pytorch-2.5-cuda12.4.sif ]] || { echo "slurmkit: error: image pytorch is not on node $SLURMD_NODENAME at /apps/images/pytorch-2.5-cuda12.4.sif: copy it there or fix the site's containers.images" >&2; exit 1; }
+command -v apptainer >/dev/null || { echo "slurmkit: error: runtime apptainer needs apptainer, which is not on node $SLURMD_NODENAME (PATH=$PATH)" >&2; exit 1; }
+# What the in-image check compares with: the host's root mount and network namespace.
+slurmkit_host_root=
+while read -r slurmkit_a _ _ _ slurmkit_m _; do [[ $slurmkit_m == / ]] && slurmkit_host_root=$slurmkit_a; done </proc/self/mountinfo
+slurmkit_host_net=$(readlink /proc/self/ns/net 2>/dev/null || true)
+slurmkit_in_image='i=$1 h=$2 n=$3; shift 3
+where=${SLURMD_NODENAME:-${HOSTNAME:-this node}}
+r=
+if [[ -r /proc/self/mountinfo ]]; then
+    while read -r a b c d m e; do [[ $m == / ]] && r=$a; done </proc/self/mountinfo
+fi
+if [[ -n $h && $r == "$h" ]]; then
+    echo "slurmkit: error: the task on $where runs on the host, not in image $i: the runtime did not start it" \
+        "(runtime oci: the node needs an oci.conf beside its slurm.conf)" >&2
+    exit 1
+fi
+if [[ -n $n && -e /proc/self/ns/net ]] && command -v readlink >/dev/null && [[ $(readlink /proc/self/ns/net) != "$n" ]]; then
+    echo "slurmkit: error: image $i runs in a network namespace of its own on $where, where the other nodes of the job" \
+        "cannot reach it: run it in the network of the host (an OCI bundle: remove the network namespace from its" \
+        "config.json)" >&2
+    exit 1
+fi
+while (($#)) && [[ $1 != -- ]]; do
+    [[ -d $1 ]] || { echo "slurmkit: error: $1 is not in image $i on $where: mount it (--mount $1) or add it to the image" >&2; exit 1; }
+    shift
+done
+shift
+exec "$@"
+'
+
+# The address Slurm reaches each node of the job by (NodeAddr; one scontrol call for them all):
+# every node can reach those, while node names need not resolve.  A node without one: its name.
+export SLURMKIT_NODE_ADDRS=
+while read -r slurmkit_line; do
+    if [[ $slurmkit_line =~ ^NodeName=([^[:space:]]+).*[[:space:]]NodeAddr=([^[:space:]]+) ]]; then
+        SLURMKIT_NODE_ADDRS+="${BASH_REMATCH[1]}=${BASH_REMATCH[2]} "
+    fi
+done < <(scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null)
+slurmkit_node_addr() {
+    local pair
+    for pair in $SLURMKIT_NODE_ADDRS; do
+        if [[ ${pair%%=*} == "$1" ]]; then echo "${pair#*=}"; return; fi
+    done
+    echo "slurmkit: warning: no NodeAddr of node $1 from scontrol; using its name" >&2
+    echo "$1"
+}
+export -f slurmkit_node_addr
+# Rendezvous on the first node, where this script runs.
+MASTER_ADDR=$(slurmkit_node_addr "$SLURMD_NODENAME")
+export MASTER_ADDR
+
+# A port of the job's own, from its id within the site's range 29500-29999: two jobs whose
+# first node is the same machine get different ports.  Skipped while some program listens there.
+slurmkit_ports=500
+for ((slurmkit_try = 0; slurmkit_try < slurmkit_ports; slurmkit_try++)); do
+    MASTER_PORT=$((29500 + (SLURM_JOB_ID + slurmkit_try) % slurmkit_ports))
+    (exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null || break
+done
+export MASTER_PORT
+
+# 8 task(s) per node; a PyTorch program reads its rank from SLURM_PROCID.
+srun --kill-on-bad-exit=1 -- apptainer exec --nv --bind="$PWD":"$PWD" --pwd="$PWD" --env=NCCL_IB_HCA="$NCCL_IB_HCA" --env=NCCL_SOCKET_IFNAME="$NCCL_SOCKET_IFNAME" --env=NCCL_IB_GID_INDEX="$NCCL_IB_GID_INDEX" --env=NCCL_IB_TC="$NCCL_IB_TC" --env=NCCL_IB_SL="$NCCL_IB_SL" --env=NCCL_IB_QPS_PER_CONNECTION="$NCCL_IB_QPS_PER_CONNECTION" --env=MASTER_ADDR="$MASTER_ADDR" --env=MASTER_PORT="$MASTER_PORT" --env=SLURMKIT_NODE_ADDRS="$SLURMKIT_NODE_ADDRS" /apps/images/pytorch-2.5-cuda12.4.sif bash -c "$slurmkit_in_image" slurmkit-in-image pytorch "$slurmkit_host_root" "$slurmkit_host_net" "$PWD" -- python train.py
+# end of slurmkit job script
