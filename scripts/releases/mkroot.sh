@@ -6,6 +6,7 @@
 #
 # SUITE is a Debian suite (trixie: Slurm 24.11; sid: the newest, 26.05 when
 # this was written); DIR the root (created; reused when its stamp matches).
+# MKROOT_PROFILE=image makes a root without Slurm, for a container image.
 # The Debian mirror is the one this machine's apt uses (read from its
 # sources; MIRROR=URL overrides): nothing here names a host.  Packages: what
 # devcluster and the test suite need (Slurm, slurmdbd, MariaDB, munge,
@@ -29,6 +30,10 @@ packages=(slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client 
 case "$suite" in
     trixie) packages+=(gcc libc6-dev python3-dev libslurm-dev) ;;
 esac
+# MKROOT_PROFILE=image: a root to run jobs in as a container image (scripts/images/mkimage.sh):
+# no Slurm, only what a job's task needs (bash, coreutils, Python with venv).
+profile=${MKROOT_PROFILE:-release}
+[ "$profile" = image ] && packages=(python3 python3-venv ca-certificates procps)
 apt_opts=()
 if [ "$suite" = sid ] || [ "$suite" = unstable ]; then
     # unstable's Release file on the mirror may be past its Valid-Until date:
@@ -36,6 +41,7 @@ if [ "$suite" = sid ] || [ "$suite" = unstable ]; then
     apt_opts+=(-o Acquire::Check-Valid-Until=false)
 fi
 stamp_text="suite=$suite packages=${packages[*]} v=2"
+[ "$profile" = release ] || stamp_text="$stamp_text profile=$profile"
 
 if [ -f "$dir/.mkroot-done" ] && [ "$(cat "$dir/.mkroot-done")" = "$stamp_text" ]; then
     say "reusing $dir ($(cat "$dir/.slurm-version" 2>/dev/null))"
@@ -126,6 +132,11 @@ say "apt-get install ${packages[*]}"
     update-ca-certificates >/dev/null
     apt-get clean' sh "${apt_opts[@]}"
 say "packages installed in $(( $(date +%s) - t )) s"
+if [ "$profile" = image ]; then
+    echo "$stamp_text" > "$dir/.mkroot-done"
+    say "image root ready: $dir, $(du -sm "$dir" | cut -f1) MB, $(( $(date +%s) - start )) s"
+    exit 0
+fi
 
 # --- slurmdbd and the MariaDB client library --------------------------------------------
 # MariaDB Connector/C 3.4.10 (libmariadb3 of MariaDB 11.8.9, in trixie and sid
