@@ -22,6 +22,7 @@ help:
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
 	@echo "make bench-goodput   goodput of a real DDP job under a failure mix: slurmkit, Slurm's --requeue, an afterany chain"
 	@echo "make docs      the documentation site (mkdocs.yml, docs/), built strict into build/docs"
+	@echo "make image     the container image of the container tests (Debian 12 + PyTorch, no registry), cached"
 
 # Debian's python3 needs python3-venv for `python3 -m venv`; the image may already have it.
 install-python:
@@ -123,6 +124,15 @@ $(VENV)/.installed-train: $(VENV)/.installed Makefile
 	touch $@
 
 test: venv-train
+
+# The container image of the container tests (tests/integration/test_container_jobs.py): a Debian
+# 12 root with PyTorch at a path of its own, made without a registry by scripts/images/mkimage.sh
+# once for the machine (about 2 minutes; $(SLURMKIT_CACHE_DIR)/images).  Prints the image's path.
+.PHONY: image
+image: install-system
+	@IMAGE_PIP='$(TORCH_SPEC)' bash scripts/images/mkimage.sh
+
+test: image
 
 # The suite against the other Slurm releases, each inside its own Debian root
 # (debootstrap; made once into $(SLURMKIT_CACHE_DIR)/releases and reused) with its own clusters

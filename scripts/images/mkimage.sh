@@ -2,7 +2,9 @@
 # Make (or reuse) the container image the container tests run jobs in, without a registry:
 # a Debian 12 root (scripts/releases/mkroot.sh, MKROOT_PROFILE=image) with a Python
 # environment at /opt/slurmkit-image/venv, a path that exists only in the image, so a job
-# can prove it ran there.  Kept for the whole machine, like the release roots:
+# can prove it ran there, holding what IMAGE_PIP names (`make image` passes the Makefile's
+# TORCH_SPEC, PyTorch's CPU build: pip takes it from this machine's wheels, bound in by
+# devcluster/in-root.sh --pip).  Kept for the whole machine, like the release roots:
 #
 #   scripts/images/mkimage.sh [DIR]     default $SLURMKIT_CACHE_DIR/images/debian-12
 #
@@ -14,15 +16,25 @@ cache=${SLURMKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
 dir=${1:-$cache/images/debian-12}
 root="$dir/root"
 venv=/opt/slurmkit-image/venv
-stamp="venv=$venv v=1"
+pip_spec=${IMAGE_PIP:-}
+stamp="venv=$venv pip=$pip_spec v=2"
 mkdir -p "$dir"
 (
     # One maker at a time (two clones may test at once).
     flock 9
     MKROOT_PROFILE=image bash "$here/scripts/releases/mkroot.sh" bookworm "$root" >&2
     if [ "$(cat "$root/.image-done" 2>/dev/null)" != "$stamp" ]; then
-        rm -rf "$root$venv"
+        rm -rf "$root$venv" "$root/.image-done"
         chroot "$root" python3 -m venv "$venv"
+        if [ -n "$pip_spec" ]; then
+            # shellcheck disable=SC2086  # the spec is a list of requirements
+            "$here/devcluster/in-root.sh" "$root" --pip -- "$venv/bin/pip" install -q --disable-pip-version-check \
+                --no-cache-dir $pip_spec 2>&1 | { grep -v '^WARNING: Location' >&2 || true; }
+        fi
+        case " $pip_spec " in
+            *" torch"*) chroot "$root" "$venv/bin/python" -W ignore -c \
+                'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch without gloo"' ;;
+        esac
         echo "$stamp" > "$root/.image-done"
     fi
 ) 9>"$dir.lock"

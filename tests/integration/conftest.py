@@ -21,6 +21,7 @@ The same helpers exist as module functions (``slurm``, ``wait_job_state``,
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -423,6 +424,32 @@ class Control:
                 errors.append("%s: %s" % (what, e))
         if errors:
             raise AssertionError("devcluster restore failed:\n" + "\n".join(errors))
+
+
+# The container image of site_configs/local.yaml's alpha (`make image`: a Debian 12 root with PyTorch,
+# whose Python lives at a path this machine lacks, so a program that runs with it ran in the image).
+IMAGE = "debian-12"
+IMAGE_PYTHON = "/opt/slurmkit-image/venv/bin/python"
+HAS_CHARLIECLOUD = shutil.which("ch-run") is not None
+needs_charliecloud = pytest.mark.skipif(
+    not HAS_CHARLIECLOUD,
+    reason="Charliecloud's ch-run is not installed here (make install-system installs it on the host; the "
+           "release roots do not have it): the container jobs run on the host's Slurm")
+
+
+@pytest.fixture(scope="session")
+def container_image(devcluster):
+    """The test image (made once for the machine), linked where local.yaml says alpha keeps it."""
+    made = subprocess.run(["make", "--no-print-directory", "-s", "image"], cwd=REPO, check=True,
+                          capture_output=True, text=True, timeout=900).stdout.strip().splitlines()[-1]
+    assert not os.path.exists(IMAGE_PYTHON), "this machine must not have the image's Python for the proof to hold"
+    link = REPO / ".devcluster" / "images" / IMAGE
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not (link.is_symlink() and os.readlink(link) == made):
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(made)
+    return made
 
 
 @pytest.fixture

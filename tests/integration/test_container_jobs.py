@@ -9,50 +9,34 @@ the test reads what the program printed.
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import job_info, wait_job_state
-from harness import one_error_line, run_slurmkit
+from conftest import IMAGE, IMAGE_PYTHON, job_info, needs_charliecloud, wait_job_state
+from harness import one_error_line, run_slurmkit, wait_until
+from training_output import TRAIN, check_training
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
-IMAGE_PYTHON = "/opt/slurmkit-image/venv/bin/python"
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("ch-run") is None,
-    reason="Charliecloud's ch-run is not installed here (make install-system installs it on the host; the "
-           "release roots do not have it): the container tests run on the host's Slurm")
+pytestmark = needs_charliecloud
 
 
 @pytest.fixture(scope="module")
-def image(devcluster):
-    """The test image, linked where local.yaml says alpha keeps it."""
-    made = subprocess.run(["bash", str(ROOT / "scripts" / "images" / "mkimage.sh")], check=True,
-                          capture_output=True, text=True, timeout=900).stdout.strip().splitlines()[-1]
-    assert not Path(IMAGE_PYTHON).exists(), "the host must not have the image's Python for the proof to hold"
-    link = ROOT / ".devcluster" / "images" / "debian-12"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not (link.is_symlink() and os.readlink(link) == made):
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(made)
-    return made
+def image(container_image):
+    return container_image
 
 
 def slurmkit(*args, check=True, cwd=None):
     return run_slurmkit(args, env=dict(os.environ, SLURMKIT_SITE=SITE), check=check, cwd=cwd)
 
 
-def run_to_end(tmp_path, *args):
+def run_to_end(tmp_path, *args, timeout=120):
     """Submit from ``tmp_path`` (the job's working directory), wait for the end: (the submit report, output)."""
     out = tmp_path / "job-%j.out"
     job = json.loads(slurmkit("submit", "--json", "-p", "cpu", "-t", "3", "-o", str(out), *args,
                               cwd=tmp_path).stdout)
-    wait_job_state("alpha", job["job_id"], {"COMPLETED", "FAILED"}, timeout=120)
+    wait_job_state("alpha", job["job_id"], {"COMPLETED", "FAILED"}, timeout=timeout)
     text = Path(str(out).replace("%j", job["job_id"])).read_text()
     return job, text
 
@@ -77,6 +61,42 @@ def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(ima
         assert line[6] == "it's $(x) %s" % tmp_path, text
 
 
+@pytest.mark.slow
+def test_two_node_ddp_trains_in_the_image_with_torchrun(image, tmp_path):
+    # The torchrun template: one launcher per node, each in the image, meeting at the first node's
+    # NodeAddr; gloo over the fabric's interface; checkpoints into the mounted checkpoint directory.
+    job, text = run_to_end(tmp_path, "-N", "2", "--procs-per-node", "2", "--image", IMAGE, "--mount", str(ROOT),
+                           "--", IMAGE_PYTHON, TRAIN, "--steps", "20", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                           "--checkpoint-every", "10", timeout=240)
+    assert job["template"] == "torchrun" and job["runtime"] == "charliecloud"
+    started = check_training(text, world=4, steps=20)
+    assert len({s[2] for s in started.values()}) == 2 and {s[3] for s in started.values()} <= {
+        "127.0.1.%d" % n for n in range(11, 15)}, started
+    assert "checkpoint step=20" in text and (tmp_path / "ckpt").is_dir()
+
+
+def test_a_sweep_runs_each_point_in_the_image(image, tmp_path):
+    program = ("import json, os, sys; print(json.dumps({'prefix': sys.prefix, 'lr': sys.argv[1], "
+               "'point': os.environ['SLURMKIT_SWEEP_POINT']}))")
+    env = dict(os.environ, SLURMKIT_SITE=SITE, SLURMKIT_STATE_DIR=str(tmp_path / "state"))
+    proc = run_slurmkit(["submit", "--sweep", "lr=0.1,0.01", "--sweep", "seed=0..1", "--sweep-dir",
+                         tmp_path / "sweep", "-p", "cpu", "-T", "single", "-t", "3", "--image", IMAGE, "--",
+                         IMAGE_PYTHON, "-c", program, "{lr}"], env=env, cwd=tmp_path, check=True)
+    sweep_id = proc.stdout.strip()
+
+    def settled():
+        data = json.loads(run_slurmkit(["sweep", "status", sweep_id, "--json"], env=env, cwd=tmp_path,
+                                       check=True).stdout)
+        return data if set(data["counts"]) <= {"COMPLETED", "FAILED"} and data["total"] == 4 else None
+    data = wait_until(settled, 180, interval=2.0, what="the sweep's four points to end")
+    assert data["counts"] == {"COMPLETED": 4}, data
+    for point in data["points"]:
+        lines = (tmp_path / "sweep" / "points" / point["point"] / "output.log").read_text().splitlines()
+        printed = [json.loads(line) for line in lines if line.startswith("{")]
+        assert printed == [{"prefix": "/opt/slurmkit-image/venv", "lr": point["values"]["lr"],
+                            "point": point["point"]}], lines
+
+
 def test_a_single_task_in_the_image_exits_with_the_programs_status(image, tmp_path):
     job, text = run_to_end(tmp_path, "-T", "single", "--image", "debian-12", "--", IMAGE_PYTHON, "-c",
                            "import sys; print('in', sys.prefix); sys.exit(3)")
@@ -94,8 +114,8 @@ def test_an_image_missing_on_the_node_is_one_line_from_the_job(image, tmp_path):
 def test_an_image_the_site_does_not_define_is_refused_before_sbatch(image):
     proc = slurmkit("render", "-p", "cpu", "--image", "pytorch", "--", "true", check=False)
     assert proc.returncode == 2
-    assert one_error_line(proc.stderr) == ("Error: --image: image 'pytorch' is not defined on cluster alpha (it has: debian-12); "
-                                    "give its path or registry reference instead")
+    assert one_error_line(proc.stderr) == ("Error: --image: image 'pytorch' is not defined on cluster alpha (it has: "
+                                           "debian-12); give its path or registry reference instead")
     proc = slurmkit("render", "-p", "cpu", "--image", "docker://debian:12", "--", "true", check=False)
     assert proc.returncode == 2 and "runtime charliecloud on cluster alpha starts an image directory or a " \
         "SquashFS file, named by its absolute path" in one_error_line(proc.stderr)

@@ -43,7 +43,6 @@ About two minutes on two cores.
 """
 
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -57,200 +56,19 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_slurmkit
-from conftest import TERMINAL_STATES, job_info, node_lock, slurm, torch_missing, wait_job_state
-from slurmkit import checkpoint
+from harness import wait_until
+from conftest import HAS_CHARLIECLOUD, IMAGE, IMAGE_PYTHON, needs_charliecloud, node_lock, slurm, torch_missing, wait_job_state
+from training_output import PYTHON, RESUME_RE, TRAIN, check_final, finals
+from tracked_user import User, named_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / "site_configs" / "local.yaml"
-TRAIN = str(ROOT / "examples" / "ddp_train.py")
-VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 TRANSIENT = 42          # local.yaml requeue.transient_exit_codes
 
-FINAL_RE = re.compile(r"^final rank=(\d+) step=(\d+) loss=(\S+)$", re.M)
-RESUME_RE = re.compile(r"^resume from=(\S+) step=(\d+)$", re.M)
 
 
 _MISSING = torch_missing(PYTHON)
 requires_torch = pytest.mark.skipif(bool(_MISSING), reason="PyTorch is not installed in %s (make venv-train): %s"
                                     % (PYTHON, _MISSING))
-
-
-# --------------------------------------------------------------------------
-# A user's shell
-# --------------------------------------------------------------------------
-
-def user_env(home: Path, state: Path):
-    """A user's environment: nothing of ours (SLURMKIT_*, SLURM_*), a HOME and journal of the test's."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURMKIT_", "SLURM_", "SBATCH_", "SRUN_")) and k != "SSH_AUTH_SOCK"}
-    home.mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(home), SLURMKIT_CACHE_DIR=str(home / "cache"), SLURMKIT_SITE=str(SITE),
-               SLURMKIT_STATE_DIR=str(state))
-    return env
-
-
-def slurmkit(env, *args, check=True, timeout=120):
-    return run_slurmkit(args, env=env, check=check, timeout=timeout)
-
-
-def until(what, probe, timeout, interval=1.0):
-    """Poll ``probe()`` until it returns something true; that value.  Fails saying ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("waited %.0f s for %s" % (timeout, what))
-        time.sleep(interval)
-
-
-def named_jobs(cluster, name):
-    """Every job of this name Slurm knows, finished ones included: [(job id, comment, state)]."""
-    out = slurm(cluster, "squeue", "--noheader", "--states=all", "--name=" + name, "--format=%i|%k|%T").stdout
-    return [tuple(line.split("|", 2)) for line in out.splitlines() if line.strip()]
-
-
-def hostnames(cluster, nodelist):
-    return slurm(cluster, "scontrol", "show", "hostnames", nodelist).stdout.split()
-
-
-def finals(text):
-    """{rank: (step, loss)} from a job's output."""
-    return {int(r): (int(s), loss) for r, s, loss in FINAL_RE.findall(text)}
-
-
-def check_final(text, steps, world):
-    """Every rank trained to ``steps`` and ended with the same evaluation loss."""
-    final = finals(text)
-    assert sorted(final) == list(range(world)), text[-3000:]
-    assert {s for s, _ in final.values()} == {steps}, final
-    assert len({loss for _, loss in final.values()}) == 1, "final losses differ across ranks: %s" % final
-
-
-_USERS = itertools.count()
-
-
-class User:
-    """One user's tracked job: submitted with the CLI, driven with ``daemon once``, read with ``jobs --json``."""
-
-    def __init__(self, base: Path, key: str, cluster: str):
-        self.key, self.cluster = key, cluster
-        self.dir = base / key
-        self.dir.mkdir(parents=True)
-        self.env = user_env(self.dir / "home", self.dir / "state")
-        self.ckpt = self.dir / "ckpt"
-        self.name = "skt-rq-%s-%d-%d" % (key, os.getpid(), next(_USERS))   # unique: jobs are counted by name
-        self.times = []          # (seconds since the start, event): shown when a test fails
-        self.extra = []          # other jobs of the test, cancelled at the end
-        self.t0 = time.monotonic()
-
-    def note(self, event):
-        self.times.append((round(time.monotonic() - self.t0, 1), event))
-
-    def submit(self, *args, command):
-        out = slurmkit(self.env, "submit", "--json", "--auto-requeue", "--checkpoint-dir", self.ckpt,
-                       "-M", self.cluster, "-J", self.name, "-o", self.dir / ("%s-%%j.out" % self.key), *args,
-                       "--", *command)
-        data = json.loads(out.stdout)
-        self.note("submitted %s" % data["id"])
-        return data
-
-    def once(self):
-        proc = slurmkit(self.env, "daemon", "once", "--json", check=False)
-        assert proc.returncode in (0, 1) and proc.stdout, proc.stderr
-        report = json.loads(proc.stdout)
-        self.note("daemon once: %s" % {k: v for k, v in report.items() if v and k != "next_end"})
-        return report
-
-    def tracked(self):
-        jobs = json.loads(slurmkit(self.env, "jobs", "--json", "--all").stdout)
-        assert len(jobs) == 1, jobs
-        return jobs[0]
-
-    def attempt(self, number):
-        return self.tracked()["attempts"][number - 1]
-
-    def output(self, job_id):
-        return (self.dir / ("%s-%s.out" % (self.key, job_id))).read_text(errors="replace")
-
-    def running(self, job_id, timeout=240):
-        info = wait_job_state(self.cluster, job_id, "RUNNING", timeout=timeout)
-        self.note("%s running on %s" % (job_id, info["NodeList"]))
-        return hostnames(self.cluster, info["NodeList"])
-
-    def ended(self, job_id, timeout=300):
-        """Wait for the job to end (any final state); its state."""
-        state = until("job %s:%s to end" % (self.cluster, job_id),
-                      lambda: (job_info(self.cluster, job_id).get("JobState") in TERMINAL_STATES
-                               and job_info(self.cluster, job_id)["JobState"]), timeout)
-        self.note("%s ended %s" % (job_id, state))
-        return state
-
-    def checkpointed(self, step, job_id, timeout=240):
-        """Wait for a complete checkpoint at ``step`` or later while the job still runs."""
-        def probe():
-            found = checkpoint.latest(str(self.ckpt))
-            if found.step is not None and found.step >= step:
-                return found
-            state = job_info(self.cluster, job_id).get("JobState")
-            assert state not in TERMINAL_STATES, "job %s ended %s before checkpoint %d:\n%s" % (
-                job_id, state, step, self.output(job_id)[-3000:])
-            return None
-        found = until("checkpoint %d of job %s" % (step, job_id), probe, timeout, interval=0.5)
-        self.note("checkpoint step %d" % found.step)
-        return found
-
-    def settled(self, quiet=3.0, timeout=60):
-        """Wait until nothing changes in the checkpoint directory for ``quiet`` s: the failed job's
-        processes (killed by Slurm a moment after its state changed) write no more."""
-        def listing():
-            return sorted((p.name, p.stat().st_mtime) for p in self.ckpt.iterdir())
-        last, since = listing(), time.monotonic()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() - since < quiet:
-            assert time.monotonic() < deadline, "checkpoints of %s still changing after %d s" % (self.key, timeout)
-            time.sleep(0.5)
-            now = listing()
-            if now != last:
-                last, since = now, time.monotonic()
-        return checkpoint.latest(str(self.ckpt))
-
-    def partial_after(self, found, how="no marker"):
-        """Put a newer checkpoint than ``found`` that is not complete: what a save cut off by the failure leaves."""
-        step = found.step + 5
-        path = self.ckpt / ("step-%06d" % step)
-        path.mkdir()
-        (path / "state.pt").write_bytes(b"PK\x03\x04 cut off")
-        if how == "short file":
-            # A marker that promises more bytes than the file has.
-            (path / checkpoint.MARKER).write_text(json.dumps(
-                {"format": checkpoint.MARKER_FORMAT, "step": step, "files": {"state.pt": 1 << 20}, "world_size": 2}))
-        self.note("partial checkpoint %s (%s)" % (path.name, how))
-        return path
-
-    def finish(self, timeout=300):
-        """Drive the daemon until tracking ends (the job completed or was stopped); the tracked job."""
-        def probe():
-            tracked = self.tracked()
-            if tracked["state"] != "active":
-                return tracked
-            current = tracked["attempts"][-1]
-            if current["job_id"] and job_info(self.cluster, current["job_id"]).get("JobState") in TERMINAL_STATES:
-                self.once()
-            return None
-        tracked = until("tracked job %s to end" % self.key, probe, timeout, interval=2.0)
-        self.note("tracking ended: %s (%s)" % (tracked["state"], tracked["reason"]))
-        return tracked
-
-    def cleanup(self):
-        for job_id, _, state in named_jobs(self.cluster, self.name):
-            if state not in TERMINAL_STATES:
-                slurm(self.cluster, "scancel", job_id, check=False)
-        if self.extra:
-            slurm(self.cluster, "scancel", *self.extra, check=False)
 
 
 def skipped_paths(tracked):
@@ -293,7 +111,7 @@ class Scenario:
 def node_failure(user, devcluster):
     """Two nodes x one worker on alpha; the first node goes DOWN while it trains (NODE_FAIL)."""
     first = user.submit("-p", "cpu", "-N", 2, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
     nodes = user.running(first["job_id"])
     user.checkpointed(20, first["job_id"])
     victim = nodes[0]
@@ -312,7 +130,7 @@ def node_failure(user, devcluster):
             now = job_info_node(victim)
             if now.get("Reason", "").startswith("slurmkit-test"):
                 slurm("alpha", "scontrol", "update", "NodeName=" + victim, "State=RESUME", check=False)
-            until("node %s back in service" % victim, lambda: node_usable(victim), 90)
+            wait_until(lambda: node_usable(victim), 90, interval=1.0, what="node %s back in service" % victim)
             user.note("%s back" % victim)
     tracked = user.tracked()
     second = tracked["attempts"][1]
@@ -335,7 +153,7 @@ def node_usable(node):
 def preemption(user, devcluster):
     """One node, two workers on beta's gpu partition; an urgent job takes the node (PREEMPTED)."""
     first = user.submit("-N", 1, "--gpus-per-node", 2, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
     nodes = user.running(first["job_id"])
     user.checkpointed(20, first["job_id"])
     urgent = slurm("beta", "sbatch", "--parsable", "-p", "urgent", "-w", nodes[0], "--exclusive", "-t", 1,
@@ -363,7 +181,7 @@ def time_limit(user, devcluster):
     (a CI run: FAILED after 46 s, nothing saved).  -t 3 puts it between 60 and 120 s into the
     job, after the first checkpoints; 200 steps at 1 s each cannot end before it."""
     first = user.submit("--gpus-per-node", 2, "-t", 3,
-                        command=[PYTHON, TRAIN, "--steps", 200, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
+                        command=[user.python, TRAIN, "--steps", 200, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
     user.running(first["job_id"])
     state = user.ended(first["job_id"], timeout=240)
     found = user.settled()
@@ -384,7 +202,7 @@ def transient_exit(user, devcluster):
     not: torchrun exits 1 when a worker fails, and srun --kill-on-bad-exit returns 143 when it
     terminated the other ranks (the highest status of all tasks)."""
     first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS,
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS,
                                  "--first-attempt-exit", "30:%d" % TRANSIENT])
     state = user.ended(first["job_id"], timeout=240)
     found = user.settled()
@@ -401,7 +219,7 @@ def transient_exit(user, devcluster):
 def other_exit(user, devcluster):
     """One process on gamma; exits 3 after step 30: a failure of the program, not restarted."""
     first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3"])
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3"])
     state = user.ended(first["job_id"], timeout=240)
     report = user.once()
     assert report["finished"] == [[first["tracked_id"], state]] and report["restarted"] == []
@@ -415,7 +233,7 @@ def transient_exit_one_rank(user, devcluster):
     must still be 42, the failing worker's (each worker runs under slurmkit_worker).  On gamma,
     where no scenario takes a node down or preempts (a restart must not meet alpha's NODE_FAIL)."""
     first = user.submit("-T", "torchrun", "-N", 2, "--gpus-per-node", 1, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS,
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS,
                                  "--first-attempt-exit", "30:%d:1" % TRANSIENT])
     state = user.ended(first["job_id"], timeout=240)
     found = user.settled()
@@ -432,7 +250,7 @@ def transient_exit_one_rank(user, devcluster):
 def other_exit_one_rank(user, devcluster):
     """torchrun on both nodes of gamma; rank 1 alone exits 3 after step 30: not restarted."""
     first = user.submit("-T", "torchrun", "-N", 2, "--gpus-per-node", 1, "-t", 5,
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3:1"])
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-exit", "30:3:1"])
     state = user.ended(first["job_id"], timeout=240)
     report = user.once()
     assert report["finished"] == [[first["tracked_id"], state]] and report["restarted"] == [], report
@@ -444,18 +262,19 @@ def hang(user, devcluster):
     heartbeat and checkpoints stand still.  With --hang-timeout 0:20, cron's `daemon once` every few
     seconds must end it about 20 s after its last heartbeat, never sooner, and restart it from step 20."""
     first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5, "--hang-timeout", "0:20",
-                        command=[PYTHON, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 0.5,
+                        command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 0.5,
                                  "--first-attempt-hang", 20])
     user.running(first["job_id"])
     user.checkpointed(20, first["job_id"])
-    until("the program's hang", lambda: "hang rank=0 step=20:" in user.output(first["job_id"]), 60, interval=0.2)
+    wait_until(lambda: "hang rank=0 step=20:" in user.output(first["job_id"]), 60, interval=0.2,
+               what="the program's hang")
     hung_at = time.monotonic()
     user.note("hung")
 
     def marked():             # the cycle that finds the hang marks the attempt, then cancels it
         user.once()
         return user.tracked()["attempts"][0]["ended_by"]
-    until("the daemon to end the hung job", marked, 120, interval=2.0)
+    wait_until(marked, 120, interval=2.0, what="the daemon to end the hung job")
     detected = time.monotonic() - hung_at
     state = user.ended(first["job_id"])
     found = user.settled()
@@ -473,6 +292,11 @@ SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemptio
              "transient": ("gamma", transient_exit), "other_exit": ("gamma", other_exit),
              "transient_rank": ("gamma", transient_exit_one_rank), "other_rank": ("gamma", other_exit_one_rank),
              "hang": ("gamma", hang)}
+# The same failures of a job in a container image (Charliecloud, as on alpha and gamma): the daemon
+# on the host restarts it from the checkpoint its program wrote inside the image.  A node set DOWN
+# ends every job on it, so the node failure in the image waits for the plain one's to be over.
+IMAGE_SCENARIOS = {"node_fail_image": ("alpha", node_failure), "timeout_image": ("gamma", time_limit)}
+AFTER = {"node_fail_image": "node_fail"}
 
 
 def scenario_test(key):
@@ -481,6 +305,15 @@ def scenario_test(key):
         test.scenario_key = key
         return requires_torch(test)
     return mark
+
+
+def _after(before, body, devcluster):
+    """A scenario's thread body: ``body``, once the scenario ``before`` (None: none) has ended."""
+    def run(user):
+        if before is not None:
+            before.thread.join()
+        return body(user, devcluster)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -492,11 +325,12 @@ def scenarios(devcluster, tmp_path_factory, request):
     wanted = {getattr(item.function, "scenario_key", None) for item in request.session.items
               if item.module is request.module}
     try:
-        for key, (cluster, body) in SCENARIOS.items():
-            if key not in wanted:
+        for key, (cluster, body) in dict(SCENARIOS, **IMAGE_SCENARIOS).items():
+            if key not in wanted or (key in IMAGE_SCENARIOS and not HAS_CHARLIECLOUD):   # (their tests skip)
                 continue
-            user = User(base, key, cluster)
-            running[key] = Scenario(user, lambda u, body=body: body(u, devcluster))
+            image = key in IMAGE_SCENARIOS and request.getfixturevalue("container_image") and IMAGE
+            user = User(base, key, cluster, IMAGE_PYTHON if image else PYTHON, image=image or None)
+            running[key] = Scenario(user, _after(running.get(AFTER.get(key)), body, devcluster))
             running[key].thread.start()
         yield running
     finally:
@@ -790,10 +624,10 @@ def test_a_restart_squeue_forgot_is_found_by_its_token_in_accounting(devcluster,
         user.ended(restart, timeout=120)
         # Accounting lists a job by time (what the daemon asks) a second or two after it lists it by
         # id: wait for the former, as a daemon that comes back after MinJobAge finds it.
-        until("alpha's accounting to list job %s with its token" % restart,
-              lambda: "%s|%s" % (restart, token) in slurm(
-                  "alpha", "sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-3600",
-                  "--format=JobIDRaw,Comment").stdout, 60)
+        wait_until(lambda: "%s|%s" % (restart, token) in slurm(
+                   "alpha", "sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-3600",
+                   "--format=JobIDRaw,Comment").stdout, 60, interval=1.0,
+                   what="alpha's accounting to list job %s with its token" % restart)
         # A daemon that sees nothing in squeue finds the token with one sacct of the user's jobs ...
         lookups = forgetful_once()
         by_time = [line for line in lookups if "--starttime=now-" in line]
@@ -844,10 +678,11 @@ def test_a_crash_loop_is_stopped_within_its_budget(devcluster, tmp_path):
         first = user.submit("-T", "single", "--gpus-per-node", 1, "-t", 2, "--transient-exit", 43,
                             command=["bash", "-c", 'echo "attempt $SLURMKIT_ATTEMPT"; exit 43'])
         with daemon_run(user, "--interval", 2, "--max-interval", 4) as (proc, log):
-            until("the daemon to restart the job", lambda: len(user.tracked()["attempts"]) >= 2, 60)
+            wait_until(lambda: len(user.tracked()["attempts"]) >= 2, 60, interval=1.0,
+                       what="the daemon to restart the job")
             proc.send_signal(signal.SIGHUP)             # what systemctl reload sends: it keeps going
-            tracked = until("the crash loop to be stopped",
-                            lambda: (lambda t: t["state"] != "active" and t)(user.tracked()), 180)
+            tracked = wait_until(lambda: (lambda t: t["state"] != "active" and t)(user.tracked()), 180, interval=1.0,
+                                 what="the crash loop to be stopped")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0           # SIGTERM: a clean stop after the current step
         text = log.read_text()
@@ -897,9 +732,9 @@ def test_the_systemd_units_run_reload_and_stop_the_daemon(tmp_path, name, wanted
         proc = subprocess.Popen([str(Path(sys.executable).parent / "slurmkit"), *args], env=user.env, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
-        until("the daemon to start", lambda: "slurmkit daemon started" in log.read_text(), 30, interval=0.2)
+        wait_until(lambda: "slurmkit daemon started" in log.read_text(), 30, interval=0.2, what="the daemon to start")
         proc.send_signal(signal.SIGHUP)
-        until("the reload", lambda: "site configs reloaded (SIGHUP)" in log.read_text(), 30, interval=0.2)
+        wait_until(lambda: "site configs reloaded (SIGHUP)" in log.read_text(), 30, interval=0.2, what="the reload")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()
     finally:
@@ -921,15 +756,27 @@ def test_the_systemd_units_run_reload_and_stop_the_daemon(tmp_path, name, wanted
 # the five failures: what their threads found
 # --------------------------------------------------------------------------
 
-@scenario_test("node_fail")
-def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenarios):
-    scenario = scenarios["node_fail"]
+def check_node_failure(scenario):
     result = scenario.outcome()
     check_restart(result, scenario.user, "node_fail", steps=60, world=2)
     # Kept off the failed node: recorded, passed to Slurm, and where it ran.
     assert result["victim"] in result["tracked"]["excluded"]
     assert result["victim"] not in result["second_nodes"] and len(result["second_nodes"]) == 2
     assert result["found"].step >= 20
+    return result
+
+
+@scenario_test("node_fail")
+def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenarios):
+    check_node_failure(scenarios["node_fail"])
+
+
+@needs_charliecloud
+@scenario_test("node_fail_image")
+def test_a_job_in_an_image_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
+    # Its program is the image's Python (a path this machine lacks): every attempt ran in the image.
+    result = check_node_failure(scenarios["node_fail_image"])
+    assert result["first"]["runtime"] == "charliecloud" and result["first"]["image"].endswith("/" + IMAGE)
 
 
 @scenario_test("preempt")
@@ -940,9 +787,7 @@ def test_preemption_restarts_from_the_latest_checkpoint(scenarios):
     assert result["found"].step >= 20
 
 
-@scenario_test("timeout")
-def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
-    scenario = scenarios["timeout"]
+def check_time_limit(scenario):
     result = scenario.outcome()
     user = scenario.user
     first = result["final"]["attempts"][0]
@@ -955,6 +800,20 @@ def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     assert result["found"].step == int(stops[0][1])          # the checkpoint it wrote on USR1
     assert "time limit with a newer checkpoint" in first["decision"]
     check_restart(result, user, "timeout", steps=200, world=2)
+    return result
+
+
+@scenario_test("timeout")
+def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
+    check_time_limit(scenarios["timeout"])
+
+
+@needs_charliecloud
+@scenario_test("timeout_image")
+def test_a_job_in_an_image_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
+    # USR1 went from the batch shell on the host through srun and ch-run to both workers in the image.
+    result = check_time_limit(scenarios["timeout_image"])
+    assert result["first"]["runtime"] == "charliecloud"
 
 
 @scenario_test("hang")

@@ -20,10 +20,8 @@ otherwise.  Being under tests/integration, ``make unit`` never collects it.
 
 import json
 import os
-import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,17 +29,13 @@ import yaml
 
 from harness import run_slurmkit
 from conftest import TERMINAL_STATES, job_info, slurm, torch_missing
+from training_output import PYTHON, TRAIN, check_training
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site_configs" / "local.yaml"
-TRAIN = str(ROOT / "examples" / "ddp_train.py")
-VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 STEPS = 20
 WAIT_S = 240
 
-RANK_RE = re.compile(r"^rank=(\d+) world=(\d+) local_rank=(\d+) node=(\S+) host=\S+ master=(\S+):(\d+)$", re.M)
-FINAL_RE = re.compile(r"^final rank=(\d+) step=(\d+) loss=(\S+)$", re.M)
 
 
 _MISSING = torch_missing(PYTHON)
@@ -182,23 +176,6 @@ def jobs(devcluster, tmp_path_factory):
         run.cancel_unfinished()
 
 
-def ranks(text):
-    """{rank: (world, local_rank, node, master_addr, master_port)} and {rank: (step, loss)} from a job's output."""
-    started = {int(r): (int(w), int(lr), node, addr, int(port)) for r, w, lr, node, addr, port in RANK_RE.findall(text)}
-    final = {int(r): (int(step), loss) for r, step, loss in FINAL_RE.findall(text)}
-    return started, final
-
-
-def check_training(text, world, steps=STEPS):
-    """Every rank of a ``world``-sized job started, trained to ``steps`` and ended with the same loss."""
-    started, final = ranks(text)
-    assert sorted(started) == list(range(world)) and sorted(final) == list(range(world)), text[-3000:]
-    assert {s[0] for s in started.values()} == {world}
-    assert {f[0] for f in final.values()} == {steps}
-    assert len({f[1] for f in final.values()}) == 1, "final losses differ across ranks: %s" % final
-    return started
-
-
 def node_addr(devcluster, node):
     return devcluster["alpha"].raw["nodes"][node]["addr"]
 
@@ -212,7 +189,7 @@ def first_node(job_id):
 def test_two_nodes_one_worker_each_heavy_torchrun(devcluster, jobs):
     submitted = jobs.submitted["heavy"]
     summary, text = jobs.finished("heavy")
-    started = check_training(text, world=2)
+    started = check_training(text, world=2, steps=STEPS)
     head, nodes = first_node(submitted["job_id"])
     assert {s[2] for s in started.values()} == set(nodes) and len(nodes) == 2
     # The workers met at the first node's NodeAddr, not at its name (which does not resolve).
@@ -228,7 +205,7 @@ def test_two_nodes_one_worker_each_heavy_torchrun(devcluster, jobs):
 
 def test_two_nodes_two_workers_each_on_the_cpu_partition(devcluster, jobs):
     _, text = jobs.finished("2x2")
-    started = check_training(text, world=4)
+    started = check_training(text, world=4, steps=STEPS)
     by_node = {}
     for rank, (_, local, node, _, _) in started.items():
         by_node.setdefault(node, set()).add(local)
@@ -255,7 +232,7 @@ def test_two_jobs_on_the_same_node_at_the_same_time_both_complete(jobs):
 def test_srun_template_meets_at_a_free_port_of_the_sites_range(devcluster, jobs):
     submitted = jobs.submitted["srun"]
     _, text = jobs.finished("srun")
-    started = check_training(text, world=2)
+    started = check_training(text, world=2, steps=STEPS)
     assert {s[2] for s in started.values()} == {"an1", "an2"}
     # srun starts the ranks itself; they meet at MASTER_ADDR:MASTER_PORT from the script: the first
     # node's NodeAddr, and the one port of the site's range nobody else holds.
@@ -268,7 +245,7 @@ def test_srun_template_meets_at_a_free_port_of_the_sites_range(devcluster, jobs)
 def test_a_job_name_with_a_slash_completes_and_its_output_is_where_wait_and_status_say(jobs):
     submitted = jobs.submitted["named"]
     summary, text = jobs.finished("named")
-    check_training(text, world=1)
+    check_training(text, world=1, steps=STEPS)
     expected = jobs.submitted["named"]["cwd"] / ("slurmkit-exp_lr3e-4-%s.out" % submitted["job_id"])
     assert summary["stdout"] == str(expected) and expected.is_file()
     status = json.loads(slurmkit(jobs.env, "status", "--json", submitted["id"]).stdout)["jobs"][0]
