@@ -42,6 +42,34 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 from slurmkit.containers.grammar import Mount
 
 
+# The program each runtime runs on the node, and its arguments that show it can start (exit 0):
+# what the job script and `slurmkit health` look for.  oci's programs are the cluster's oci.conf's.
+PROGRAMS = {"charliecloud": ("ch-run", "--version"), "pyxis": ("enroot", "version"),
+            "apptainer": ("apptainer", "--version"), "podman-hpc": ("podman-hpc", "--version")}
+# oci.conf's keys that name a command Slurm runs (RunTimeRun="runc --root=/run/slurm-oci run %n.%u %b").
+OCI_CONF_COMMANDS = ("RunTimeQuery", "RunTimeCreate", "RunTimeStart", "RunTimeKill", "RunTimeDelete", "RunTimeRun")
+
+
+def oci_conf_programs(text: str) -> Tuple[str, ...]:
+    """The programs an oci.conf has Slurm run (the first word of each RunTime* command), in order, once each."""
+    import shlex
+
+    found = []
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if not sep or key.strip() not in OCI_CONF_COMMANDS:
+            continue
+        # The command is one quoted value: RunTimeRun="runc ... run %n.%u.%j -b %b".
+        try:
+            words = shlex.split(value)
+            words = shlex.split(words[0]) if len(words) == 1 else words
+        except ValueError:
+            words = value.strip().strip('"').split()
+        if words and words[0] not in found:
+            found.append(words[0])
+    return tuple(found)
+
+
 class Var(NamedTuple):
     """A shell variable expanded on the node, e.g. ``Var("PWD")``."""
 
@@ -106,7 +134,7 @@ def charliecloud(request: Request) -> Wrapped:
     if request.workdir:
         prefix += [_w("--bind=", PWD, ":", PWD), _w("--cd=", PWD)]
     prefix += [_w(request.image), _w("--")]
-    return Wrapped(prefix=tuple(prefix), binary="ch-run", needs_user=True)
+    return Wrapped(prefix=tuple(prefix), binary=PROGRAMS["charliecloud"][0], needs_user=True)
 
 
 def pyxis(request: Request) -> Wrapped:
@@ -122,7 +150,7 @@ def pyxis(request: Request) -> Wrapped:
         options.append(word)
     if request.env:
         options.append(_w("--container-env=", ",".join(request.env)))
-    return Wrapped(srun_options=tuple(options), binary="enroot")
+    return Wrapped(srun_options=tuple(options), binary=PROGRAMS["pyxis"][0])
 
 
 def apptainer(request: Request) -> Wrapped:
@@ -136,7 +164,7 @@ def apptainer(request: Request) -> Wrapped:
     for name in request.env:
         prefix.append(_w("--env=%s=" % name, Var(name)))
     prefix.append(_w(request.image))
-    return Wrapped(prefix=tuple(prefix), binary="apptainer")
+    return Wrapped(prefix=tuple(prefix), binary=PROGRAMS["apptainer"][0])
 
 
 def podman_hpc(request: Request) -> Wrapped:
@@ -150,7 +178,7 @@ def podman_hpc(request: Request) -> Wrapped:
     if request.workdir:
         prefix += [_w("--volume=", PWD, ":", PWD), _w("--workdir=", PWD)]
     prefix.append(_w(request.image))
-    return Wrapped(prefix=tuple(prefix), binary="podman-hpc")
+    return Wrapped(prefix=tuple(prefix), binary=PROGRAMS["podman-hpc"][0])
 
 
 ADAPTERS: Dict[str, Callable[[Request], Wrapped]] = {

@@ -351,3 +351,21 @@ def _ib_errors(spec, counters, before) -> CheckResult:
         return warn(name, "%s errors since the last check: %s" % (
             spec, ", ".join("%s +%d" % kv for kv in sorted(noise.items()))), sum(noise.values()))
     return ok(name, "%s error counters steady" % spec, 0)
+
+
+# ---------------------------------------------------------------- containers
+
+def container_runtime(reading: Optional[dict], runtime: str, reading_error: Optional[str] = None) -> List[CheckResult]:
+    """The partition's container runtime can start here (see ``sources.containers``)."""
+    name = "container_runtime"
+    if reading is None:
+        return [fail(name, "runtime %s could not be checked: %s" % (runtime, reading_error))]
+    if reading["error"]:
+        return [fail(name, "runtime %s: %s" % (runtime, reading["error"]))]
+    broken = [p for p in reading["programs"] if p["error"]]
+    if broken:
+        return [fail(name, "runtime %s cannot start images: %s" % (
+            runtime, "; ".join("%s %s" % (p["program"], p["error"]) for p in broken)))]
+    found = ", ".join("%s (%s)" % (p["path"], p["version"]) if p["version"] else p["path"] for p in reading["programs"])
+    where = " with %s" % reading["oci_conf"] if reading["oci_conf"] else ""
+    return [ok(name, "runtime %s%s: %s" % (runtime, where, found))]

@@ -13,13 +13,14 @@ from typing import Callable, NamedTuple
 # The source modules import psutil and pynvml only inside their functions:
 # importing them here costs nothing a check does not use.
 from slurmkit.health import checks, state
-from slurmkit.health.sources import ascend, host, infiniband, kmsg, nvml, probe
+from slurmkit.health.sources import ascend, containers, host, infiniband, kmsg, nvml, probe
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.findings import NodeReport, fail
 
 PROCESS_TIMEOUT = 10.0
 NVML_TIMEOUT = 20.0
 IB_TIMEOUT = 10.0
+RUNTIME_TIMEOUT = 15.0     # each of the runtime's programs answers its version within 5 s
 
 
 class Sources(NamedTuple):
@@ -56,6 +57,9 @@ def check_node(plan: CheckPlan, sources: Sources = Sources()) -> NodeReport:
     if plan.ib_ports and any(on(n) for n in ("ib_port", "ib_rate", "ib_errors")):
         tasks["ib"] = lambda: infiniband.read_ports(limits.ib_sysfs, plan.ib_ports)
         timeouts["ib"] = _timeout(plan, IB_TIMEOUT)
+    if on("container_runtime"):
+        tasks["containers"] = lambda: containers.read_runtime(plan.container_runtime, plan.oci_conf)
+        timeouts["containers"] = _timeout(plan, RUNTIME_TIMEOUT)
     if on("memory") or on("swap") or on("load") or "processes" in tasks:
         # Imported once, here, before the children fork: each of them would otherwise import it again.
         host.preload()
@@ -107,6 +111,10 @@ def check_node(plan: CheckPlan, sources: Sources = Sources()) -> NodeReport:
         found, remember["ib"] = checks.infiniband(outcome.value if outcome.ok else None, plan,
                                                   memory.get("ib") or {}, None if outcome.ok else outcome.error)
         results += found
+    if "containers" in outcomes:
+        outcome = outcomes["containers"]
+        results += checks.container_runtime(outcome.value if outcome.ok else None, plan.container_runtime,
+                                            None if outcome.ok else outcome.error)
     if remember or memory:
         remember["time"] = started
         state.save(plan.state_dir, plan.node, remember)

@@ -9,12 +9,15 @@ rather than half understood.
 """
 
 import json
+import os
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import UsageError
 from slurmkit.site.model import HEALTH_CHECK_GROUPS, HealthChecks
 
-PLAN_VERSION = 1
+# 2: container_runtime and oci_conf; a plan of version 1 (no containers) is still read.
+PLAN_VERSION = 2
+READS_VERSIONS = (1, 2)
 _GROUP_OF = {name: group for group, names in HEALTH_CHECK_GROUPS.items() for name in names}
 
 
@@ -32,6 +35,8 @@ class CheckPlan(NamedTuple):
     has_job: Optional[bool] = None       # a job runs there now; None: not known
     state_dir: Optional[str] = None      # None: the node's default (see slurmkit.health.state)
     check_timeout: float = 50.0
+    container_runtime: Optional[str] = None   # the partition's containers.runtime; None: no image jobs there
+    oci_conf: Optional[str] = None       # runtime oci: beside the cluster's slurm.conf; None: the node's own
 
     def enabled(self, name: str) -> bool:
         """Whether check ``name`` runs: not skipped by name or group, and it applies to this partition."""
@@ -43,6 +48,8 @@ class CheckPlan(NamedTuple):
             return (self.accelerator == "ascend") == (name == "npu_count") and self.accelerator != "none"
         if group == "ib":
             return bool(self.ib_ports)
+        if group == "containers":
+            return self.container_runtime is not None
         return True
 
     def to_json(self) -> str:
@@ -69,9 +76,10 @@ class CheckPlan(NamedTuple):
         try:
             data = dict(data)
             version = data.pop("version")
-            if version != PLAN_VERSION:
-                raise UsageError("the check plan is version %r; this slurmkit reads version %d: install the same "
-                                 "slurmkit on the nodes as where the sweep runs" % (version, PLAN_VERSION))
+            if version not in READS_VERSIONS:
+                raise UsageError("the check plan is version %r; this slurmkit reads versions %s: install the same "
+                                 "slurmkit on the nodes as where the sweep runs"
+                                 % (version, ", ".join(map(str, READS_VERSIONS))))
             data["checks"] = HealthChecks.from_plain(data["checks"])
             data["ib_ports"] = tuple(data["ib_ports"])
             return cls(**data)
@@ -145,4 +153,7 @@ def build(site, cluster, partition, node: str, node_info=None) -> CheckPlan:
         memory_mb=checks.memory_mb if checks.memory_mb is not None else partition.memory_mb,
         checks=checks, ib_ports=expected_ports(checks.ib_ports, partition.fabric),
         slurm_gres=slurm_gres, has_job=has_job(node_info) if node_info is not None else None,
-        state_dir=site.health.state_dir, check_timeout=site.health.check_timeout)
+        state_dir=site.health.state_dir, check_timeout=site.health.check_timeout,
+        container_runtime=partition.containers.runtime,
+        oci_conf=(os.path.join(os.path.dirname(cluster.slurm_conf), "oci.conf")
+                  if partition.containers.runtime == "oci" and cluster.slurm_conf else None))

@@ -39,6 +39,7 @@ HEALTH_CHECK_GROUPS = {
     "gpu": ("nvml", "gpu_count", "gpu_lost", "xid", "ecc", "retired_pages", "remapped_rows", "nvlink",
             "throttle", "pcie", "stray_processes", "npu_count"),
     "ib": ("ib_port", "ib_rate", "ib_errors"),
+    "containers": ("container_runtime",),
 }
 HEALTH_CHECK_NAMES = tuple(name for names in HEALTH_CHECK_GROUPS.values() for name in names)
 # Xids NVIDIA documents as needing a GPU reset or a reboot (double-bit ECC,

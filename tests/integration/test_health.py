@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_charliecloud
 from harness import run_slurmkit, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +30,9 @@ def node_state(cluster, node, devcluster):
     return parse_nodes(out)[0]
 
 
-def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False):
-    """A site of the three local clusters whose health checks only the test can fail."""
+def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False, runtime=None):
+    """A site of the three local clusters whose health checks only the test can fail (and, with
+    ``runtime``, the partitions' container runtime)."""
     raw = devcluster.raw
     lines = ["site: health-test",
              "health:",
@@ -59,8 +61,10 @@ def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, rela
                       "        gres_name: %s" % gres["name"],
                       "        gpus_per_node: %d" % gres["count"],
                       "        cpus_per_node: %d" % c["cpus_per_node"],
-                      "        memory_mb: %d" % c["memory_mb_per_node"],
-                      "        health:",
+                      "        memory_mb: %d" % c["memory_mb_per_node"]]
+            if runtime:
+                lines += ["        containers: {runtime: %s}" % runtime]
+            lines += ["        health:",
                       # no NVML on this machine; load and D state belong to whatever else runs here
                       "          skip: %s" % ("[load, dstate]" if ascend else "[gpu, load, dstate]"),
                       "          device_dir: %s" % json.dumps(gres["device_dir"]),
@@ -94,7 +98,7 @@ def beta(devcluster, tmp_path):
     token = "%s %d" % (ADMIN, time.time())
 
     def ours(info):
-        return info.reason.startswith("slurmkit: mount:%s" % tmp_path) or info.reason.startswith(token)
+        return info.reason.startswith(("slurmkit: mount:%s" % tmp_path, "slurmkit: container_runtime", token))
 
     busy = [n for n in names if node_state("beta", n, devcluster).reason]
     if busy:
@@ -190,6 +194,28 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
     assert rows["bn2"]["action"] == "resumed: 2 clean checks in a row: resume"
     info = node_state("beta", "bn2", devcluster)
     assert "DRAIN" not in info.state and info.reason == ""
+
+
+@needs_charliecloud
+def test_nodes_whose_container_runtime_cannot_start_are_drained_and_resumed_once_it_can(devcluster, tmp_path,
+                                                                                      beta):
+    # Apptainer is not in Debian 12: every beta node fails the check; Charliecloud is (make install-system).
+    site = write_site(tmp_path, devcluster, runtime="apptainer")
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    assert code == 1
+    for node in devcluster["beta"].nodes:
+        (result,) = [r for r in rows[node]["report"]["results"] if r["name"] == "container_runtime"]
+        assert result["status"] == "fail" and result["message"].startswith(
+            "runtime apptainer cannot start images: apptainer not on PATH"), result
+        assert rows[node]["action"] == "drained (slurmkit: container_runtime)", rows[node]
+        assert node_state("beta", node, devcluster).reason == "slurmkit: container_runtime"
+    site = write_site(tmp_path, devcluster, runtime="charliecloud", resume_after=1)
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
+    for node in devcluster["beta"].nodes:
+        (result,) = [r for r in rows[node]["report"]["results"] if r["name"] == "container_runtime"]
+        assert result["status"] == "ok" and result["message"].startswith("runtime charliecloud: /usr/bin/ch-run (")
+        assert rows[node]["action"].startswith("resumed"), rows[node]
+        assert node_state("beta", node, devcluster).reason == ""
 
 
 @pytest.mark.slow

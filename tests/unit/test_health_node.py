@@ -6,6 +6,7 @@ mount probes are this machine's.
 """
 
 import json
+import shutil
 import time
 
 import pytest
@@ -90,7 +91,80 @@ def test_a_plan_travels_as_json_and_refuses_another_version():
 
     newer = json.loads(plan.to_json())
     newer["version"] = 99
-    with pytest.raises(UsageError, match="version 99; this slurmkit reads version 1"):
+    with pytest.raises(UsageError, match="version 99; this slurmkit reads versions 1, 2"):
         CheckPlan.from_json(json.dumps(newer))
     with pytest.raises(UsageError, match="not a check plan"):
         CheckPlan.from_json("{}")
+
+
+# ---------------------------------------------------------------------------
+# The container runtime check (a partition with containers.runtime)
+
+def _runtime_plan(tmp_path, runtime, oci_conf=None):
+    return CheckPlan("n1", "c", "cpu", container_runtime=runtime, oci_conf=oci_conf, state_dir=str(tmp_path),
+                     checks=HealthChecks(skip=("host",)))
+
+
+def _fake_program(directory, name, body):
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def _runtime_result(plan):
+    from slurmkit.health.node import check_node
+
+    (result,) = [r for r in check_node(plan).results if r.name == "container_runtime"]
+    return result
+
+
+def test_a_plan_from_before_containers_still_reads_and_runs_no_runtime_check(tmp_path):
+    old = json.loads(CheckPlan("n1", "c", "cpu").to_json())
+    old["version"] = 1
+    for key in ("container_runtime", "oci_conf"):
+        del old[key]
+    plan = CheckPlan.from_json(json.dumps(old))
+    assert plan.container_runtime is None and not plan.enabled("container_runtime")
+
+
+def test_the_runtimes_program_must_start(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = _runtime_result(_runtime_plan(tmp_path, "apptainer"))
+    assert result.status == "fail" and result.message.startswith(
+        "runtime apptainer cannot start images: apptainer not on PATH (%s)" % bin_dir)
+    _fake_program(bin_dir, "apptainer", 'echo "FATAL: kernel too old" >&2; exit 255')
+    result = _runtime_result(_runtime_plan(tmp_path, "apptainer"))
+    assert result.status == "fail" and "apptainer --version exited 255: FATAL: kernel too old" in result.message
+    _fake_program(bin_dir, "apptainer", 'echo "apptainer version 1.3.4"')
+    result = _runtime_result(_runtime_plan(tmp_path, "apptainer"))
+    assert result.status == "ok" and result.message == ("runtime apptainer: %s (apptainer version 1.3.4)"
+                                                         % (bin_dir / "apptainer"))
+
+
+def test_oci_needs_an_oci_conf_whose_programs_start(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    conf = tmp_path / "oci.conf"
+    result = _runtime_result(_runtime_plan(tmp_path, "oci", str(conf)))
+    assert result.status == "fail" and "%s cannot be read" % conf in result.message and "on the host" in result.message
+    conf.write_text('ContainerPath=/run/slurm-oci\nRunTimeQuery="runc --root=/run/slurm-oci state %n.%u.%j"\n'
+                    'RunTimeRun="runc --root=/run/slurm-oci run %n.%u.%j -b %b"\n')
+    result = _runtime_result(_runtime_plan(tmp_path, "oci", str(conf)))
+    assert result.status == "fail" and "runc not on PATH" in result.message
+    _fake_program(bin_dir, "runc", 'echo "runc version 1.1.5"')
+    result = _runtime_result(_runtime_plan(tmp_path, "oci", str(conf)))
+    assert result.status == "ok" and result.message == "runtime oci with %s: %s (runc version 1.1.5)" % (
+        conf, bin_dir / "runc")
+
+
+@pytest.mark.skipif(shutil.which("ch-run") is None, reason="Charliecloud is not installed here (make install-system)")
+def test_the_real_charliecloud_starts():
+    from slurmkit.health.sources.containers import read_runtime
+
+    reading = read_runtime("charliecloud")
+    assert reading["error"] is None and reading["programs"][0]["error"] is None, reading
+    assert reading["programs"][0]["version"][0].isdigit(), reading        # ch-run --version prints 0.31
