@@ -45,6 +45,8 @@ WAIT_IDLE_S = 60.0
 # partitions: (name, default, MaxTime, PriorityTier).
 # max_switch_wait: Slurm's cap (s) on the wait a job's --switches=N@WAIT may ask
 #   for (SchedulerParameters); None leaves Slurm's default of 300 s.
+# oci: write an oci.conf (runc) beside slurm.conf: Slurm runs --container jobs in their bundle;
+#   the other clusters have none, where Slurm runs such a job on the host.
 # accounting: run slurmdbd on a private MariaDB for this cluster (sacct works);
 #   the others keep accounting_storage/none, so both paths can be tested.
 # preempt: (PreemptType, PreemptMode) for the whole cluster.
@@ -72,6 +74,9 @@ SPECS = {
         # never see the PREEMPTED end and must not restart it a second time.
         "max_switch_wait": 120, "accounting": False,
         "preempt": ("preempt/partition_prio", "CANCEL"),
+        # Slurm's own OCI containers (srun --container=BUNDLE), run by runc as root through an
+        # oci.conf beside slurm.conf: site_configs/local.yaml's containers.runtime oci for beta.
+        "oci": True,
     },
     "gamma": {
         # Ascend-style accelerators: a generic gres (no gres plugin in Slurm).

@@ -55,6 +55,12 @@ def prepare_cluster(c):
     changed |= write_if_changed(c.slurm_conf, c.render_slurm_conf())
     changed |= write_if_changed(c.gres_conf, c.render_gres_conf())
     changed |= write_if_changed(c.topology_conf, c.render_topology_conf())
+    if c.spec.get("oci"):
+        c.oci_state.mkdir(mode=0o700, exist_ok=True)
+        changed |= write_if_changed(c.oci_conf, c.render_oci_conf())
+    elif c.oci_conf.exists():
+        c.oci_conf.unlink()
+        changed = True
     # Login node.  A host key left aside by rekey-sshd is put back (and the
     # sshd restarted by the caller), so known_hosts matches again.
     restored = False

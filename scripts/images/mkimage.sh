@@ -8,16 +8,20 @@
 #
 #   scripts/images/mkimage.sh [DIR]     default $SLURMKIT_CACHE_DIR/images/debian-12
 #
-# DIR/root is the image (a Charliecloud image directory; an OCI bundle's rootfs).  A root
-# made from other packages, or left half-made, is made again (the stamps).  Prints DIR/root.
+# DIR is an OCI bundle (Slurm's --container): DIR/rootfs the image (also a Charliecloud image
+# directory), DIR/config.json from `runc spec` in the host's network, UTS and user namespaces
+# (a private network cuts a multi-node rendezvous), the root read-only, with the host's /tmp
+# bound in (where the tests' jobs work).  A root made from other packages, or left half-made, is made again (the
+# stamps).  Prints DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${SLURMKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurmkit}
 dir=${1:-$cache/images/debian-12}
-root="$dir/root"
+root="$dir/rootfs"
 venv=/opt/slurmkit-image/venv
 pip_spec=${IMAGE_PIP:-}
 stamp="venv=$venv pip=$pip_spec v=2"
+bundle_stamp="$stamp bundle=2"
 mkdir -p "$dir"
 (
     # One maker at a time (two clones may test at once).
@@ -37,5 +41,22 @@ mkdir -p "$dir"
         esac
         echo "$stamp" > "$root/.image-done"
     fi
+    if [ ! -f "$dir/config.json" ] || [ "$(cat "$dir/.bundle-done" 2>/dev/null)" != "$bundle_stamp" ]; then
+        rm -f "$dir/config.json" "$dir/.bundle-done"
+        (cd "$dir" && runc spec)
+        python3 - "$dir/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+config = json.load(open(path))
+config["process"]["terminal"] = False
+config["root"] = {"path": "rootfs", "readonly": True}
+config.pop("hostname", None)
+keep = [ns for ns in config["linux"]["namespaces"] if ns["type"] not in ("network", "uts", "user")]
+config["linux"]["namespaces"] = keep
+config["mounts"].append({"destination": "/tmp", "type": "bind", "source": "/tmp", "options": ["rbind", "rw"]})
+json.dump(config, open(path, "w"), indent=1)
+PY
+        echo "$bundle_stamp" > "$dir/.bundle-done"
+    fi
 ) 9>"$dir.lock"
-echo "$root"
+echo "$dir"

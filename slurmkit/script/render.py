@@ -619,6 +619,10 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
     name = spec.name or launch.name
     fabric_env, user_exports, requeue_exports, user_sets = _job_environment(spec, partition, template_name, warnings)
     container = container_launch(cluster, partition, spec, template_name, fabric_env)
+    if container is not None and container.runtime == "oci" and ntasks > 1:
+        warnings.append("runtime oci: Slurm 22.05 starts one task per node in a container and refuses the "
+                        "step's %d ('unexpected number of tasks' in slurmd's log); use --procs-per-node 1, the "
+                        "torchrun template, or a runtime that wraps each task" % ntasks)
     lo, hi = site.rendezvous_ports
     context = {
         "site": site, "cluster": cluster, "partition": partition, "job": spec, "name": name,
@@ -748,10 +752,12 @@ _REQUEUE_VARIABLES = ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_S
                       "PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE")
 
 # Runs first in the image, before the task (as `bash -c "$slurmkit_in_image" slurmkit-in-image IMAGE
-# HOST_ROOT HOST_NET DIR... -- TASK...`): the task must really be in the image (its root is another
-# mount than the host's: Slurm runs a --container job on the host when the node has no oci.conf), in
-# the host's network (a private one cuts the rendezvous), and see the job's directories at their paths.
-IN_IMAGE_CHECK = r"""i=$1 h=$2 n=$3; shift 3
+# HOST_ROOT HOST_NET WORKDIR [DIR...] -- TASK...`): the task must really be in the image (its root is
+# another mount than the host's: Slurm runs a --container job on the host when the node has no
+# oci.conf), in the host's network (a private one cuts the rendezvous), with its own Slurm variables
+# where the step has several tasks (Slurm 22.05's --container passes only srun's), and see the job's
+# directories at their paths; it starts the task in the job's working directory.
+IN_IMAGE_CHECK = r"""i=$1 h=$2 n=$3 w=$4; shift 3
 where=${SLURMD_NODENAME:-${HOSTNAME:-this node}}
 r=
 if [[ -r /proc/self/mountinfo ]]; then
@@ -768,11 +774,19 @@ if [[ -n $n && -e /proc/self/ns/net ]] && command -v readlink >/dev/null && [[ $
         "config.json)" >&2
     exit 1
 fi
+if [[ ${SLURM_STEP_NUM_TASKS:-1} != 1 && -z ${SLURM_PROCID:-} ]]; then
+    echo "slurmkit: error: the runtime started the task in image $i without its own Slurm variables (SLURM_PROCID," \
+        "SLURM_NODEID, SLURMD_NODENAME), so the $SLURM_STEP_NUM_TASKS tasks of the step cannot tell each other apart" \
+        "(Slurm 22.05's --container passes only those of srun): run one task, or a runtime that wraps the task" \
+        "(charliecloud, pyxis, apptainer)" >&2
+    exit 1
+fi
 while (($#)) && [[ $1 != -- ]]; do
     [[ -d $1 ]] || { echo "slurmkit: error: $1 is not in image $i on $where: mount it (--mount $1) or add it to the image" >&2; exit 1; }
     shift
 done
 shift
+cd -- "$w" || exit 1
 exec "$@"
 """
 

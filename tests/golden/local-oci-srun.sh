@@ -21,7 +21,7 @@ export GLOO_SOCKET_IFNAME=lo
 slurmkit_host_root=
 while read -r slurmkit_a _ _ _ slurmkit_m _; do [[ $slurmkit_m == / ]] && slurmkit_host_root=$slurmkit_a; done </proc/self/mountinfo
 slurmkit_host_net=$(readlink /proc/self/ns/net 2>/dev/null || true)
-slurmkit_in_image='i=$1 h=$2 n=$3; shift 3
+slurmkit_in_image='i=$1 h=$2 n=$3 w=$4; shift 3
 where=${SLURMD_NODENAME:-${HOSTNAME:-this node}}
 r=
 if [[ -r /proc/self/mountinfo ]]; then
@@ -38,11 +38,19 @@ if [[ -n $n && -e /proc/self/ns/net ]] && command -v readlink >/dev/null && [[ $
         "config.json)" >&2
     exit 1
 fi
+if [[ ${SLURM_STEP_NUM_TASKS:-1} != 1 && -z ${SLURM_PROCID:-} ]]; then
+    echo "slurmkit: error: the runtime started the task in image $i without its own Slurm variables (SLURM_PROCID," \
+        "SLURM_NODEID, SLURMD_NODENAME), so the $SLURM_STEP_NUM_TASKS tasks of the step cannot tell each other apart" \
+        "(Slurm 22.05'"'"'s --container passes only those of srun): run one task, or a runtime that wraps the task" \
+        "(charliecloud, pyxis, apptainer)" >&2
+    exit 1
+fi
 while (($#)) && [[ $1 != -- ]]; do
     [[ -d $1 ]] || { echo "slurmkit: error: $1 is not in image $i on $where: mount it (--mount $1) or add it to the image" >&2; exit 1; }
     shift
 done
 shift
+cd -- "$w" || exit 1
 exec "$@"
 '
 

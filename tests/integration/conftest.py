@@ -426,8 +426,9 @@ class Control:
             raise AssertionError("devcluster restore failed:\n" + "\n".join(errors))
 
 
-# The container image of site_configs/local.yaml's alpha (`make image`: a Debian 12 root with PyTorch,
-# whose Python lives at a path this machine lacks, so a program that runs with it ran in the image).
+# The container image of site_configs/local.yaml (`make image`: an OCI bundle whose rootfs is a Debian 12
+# root with PyTorch; its Python lives at a path this machine lacks, so a program that runs with it ran in
+# the image): beta runs the bundle with Slurm's --container, alpha and gamma its rootfs with ch-run.
 IMAGE = "debian-12"
 IMAGE_PYTHON = "/opt/slurmkit-image/venv/bin/python"
 HAS_CHARLIECLOUD = shutil.which("ch-run") is not None
@@ -439,17 +440,24 @@ needs_charliecloud = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def container_image(devcluster):
-    """The test image (made once for the machine), linked where local.yaml says alpha keeps it."""
+    """The test image's bundle (made once for the machine), copied where local.yaml says the clusters keep
+    it: as hard links (a second of work, no space), since runc refuses a rootfs reached through a symbolic
+    link; the bundle's root is mounted read-only, so no job changes the machine's copy."""
     made = subprocess.run(["make", "--no-print-directory", "-s", "image"], cwd=REPO, check=True,
                           capture_output=True, text=True, timeout=900).stdout.strip().splitlines()[-1]
     assert not os.path.exists(IMAGE_PYTHON), "this machine must not have the image's Python for the proof to hold"
-    link = REPO / ".devcluster" / "images" / IMAGE
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not (link.is_symlink() and os.readlink(link) == made):
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(made)
-    return made
+    copy = REPO / ".devcluster" / "images" / IMAGE
+    stamp = "%s %s" % (made, (Path(made) / ".bundle-done").read_text().strip())
+    if not (copy / ".copied-from").is_file() or (copy / ".copied-from").read_text() != stamp:
+        if copy.is_symlink():
+            copy.unlink()
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if subprocess.run(["cp", "-al", made, str(copy)], capture_output=True).returncode != 0:
+            shutil.rmtree(copy, ignore_errors=True)       # another file system: a real copy
+            subprocess.run(["cp", "-a", made, str(copy)], check=True)
+        (copy / ".copied-from").write_text(stamp)
+    return str(copy)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Jobs in container images on the real cluster alpha, with Charliecloud's ch-run (the site's
-``containers`` of alpha in site_configs/local.yaml).
+"""Jobs in container images on the real clusters: alpha with Charliecloud's ch-run, beta with Slurm's own
+``--container`` run by runc through the oci.conf devcluster writes (the site's ``containers`` in
+site_configs/local.yaml).
 
 The image is a Debian 12 root made without a registry (scripts/images/mkimage.sh, kept for the
 machine like the release roots) whose Python lives at /opt/slurmkit-image/venv, a path this
@@ -9,6 +10,7 @@ the test reads what the program printed.
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,12 +33,12 @@ def slurmkit(*args, check=True, cwd=None):
     return run_slurmkit(args, env=dict(os.environ, SLURMKIT_SITE=SITE), check=check, cwd=cwd)
 
 
-def run_to_end(tmp_path, *args, timeout=120):
+def run_to_end(tmp_path, *args, timeout=120, cluster="alpha", partition="cpu", site=SITE):
     """Submit from ``tmp_path`` (the job's working directory), wait for the end: (the submit report, output)."""
     out = tmp_path / "job-%j.out"
-    job = json.loads(slurmkit("submit", "--json", "-p", "cpu", "-t", "3", "-o", str(out), *args,
-                              cwd=tmp_path).stdout)
-    wait_job_state("alpha", job["job_id"], {"COMPLETED", "FAILED"}, timeout=timeout)
+    job = json.loads(slurmkit("submit", "--json", "--site", site, "-M", cluster, "-p", partition, "-t", "3",
+                              "-o", str(out), *args, cwd=tmp_path).stdout)
+    wait_job_state(cluster, job["job_id"], {"COMPLETED", "FAILED"}, timeout=timeout)
     text = Path(str(out).replace("%j", job["job_id"])).read_text()
     return job, text
 
@@ -49,7 +51,7 @@ PROBE = ("import os, sys; print('rank', os.environ['SLURM_PROCID'], sys.prefix, 
 def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(image, tmp_path):
     job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", "debian-12", "-e", "RUN_LABEL=it's $(x)",
                            "--", IMAGE_PYTHON, "-c", PROBE)
-    assert job["image"].endswith("/.devcluster/images/debian-12") and job["runtime"] == "charliecloud"
+    assert job["image"].endswith("/.devcluster/images/debian-12/rootfs") and job["runtime"] == "charliecloud"
     lines = sorted(line.split(" ", 6) for line in text.splitlines() if line.startswith("rank "))
     assert [line[1] for line in lines] == ["0", "1"], text
     for line in lines:
@@ -119,3 +121,52 @@ def test_an_image_the_site_does_not_define_is_refused_before_sbatch(image):
     proc = slurmkit("render", "-p", "cpu", "--image", "docker://debian:12", "--", "true", check=False)
     assert proc.returncode == 2 and "runtime charliecloud on cluster alpha starts an image directory or a " \
         "SquashFS file, named by its absolute path" in one_error_line(proc.stderr)
+
+
+# ---------------------------------------------------------------------------
+# Slurm's own OCI containers (beta: runc through oci.conf)
+
+needs_runc = pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make "
+                                "install-system installs it on the host; the release roots do not have it)")
+
+
+@needs_runc
+def test_a_task_in_an_oci_bundle_runs_in_the_image_in_the_jobs_directory(image, tmp_path):
+    job, text = run_to_end(tmp_path, "-T", "single", "--image", IMAGE, "-e", "RUN_LABEL=oci",
+                           "--", IMAGE_PYTHON, "-c", "import os, sys; print('in', sys.prefix, open('/etc/debian_"
+                           "version').read().strip(), os.getcwd(), os.environ['RUN_LABEL'])",
+                           cluster="beta", partition="gpu")
+    assert job["runtime"] == "oci" and job["image"] == str(ROOT / ".devcluster" / "images" / IMAGE)
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("in ")]
+    # The bundle's config.json has the host's /tmp, where the job works: it starts there, not at /.
+    prefix, debian, cwd, label = line.split()[1:]
+    assert (prefix, cwd, label) == ("/opt/slurmkit-image/venv", str(tmp_path), "oci") and debian.startswith("12.")
+
+
+@needs_runc
+def test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_one_line(image, tmp_path):
+    # Slurm 22.05's --container hands the container only srun's variables: no SLURM_PROCID, so two tasks
+    # could not tell each other apart.  The job says so instead of training two rank-less programs.
+    job, text = run_to_end(tmp_path, "-N", "2", "--gpus-per-node", "1", "-T", "srun", "--image", IMAGE, "--",
+                           IMAGE_PYTHON, "-c", "print('started')", cluster="beta", partition="gpu", timeout=180)
+    if "started" in text:                 # a Slurm that passes the task's own variables
+        assert job_info("beta", job["job_id"])["JobState"] == "COMPLETED", text
+        return
+    assert "without its own Slurm variables (SLURM_PROCID" in text, text
+    assert job_info("beta", job["job_id"])["JobState"] == "FAILED"
+
+
+@needs_runc
+def test_a_container_job_slurm_runs_on_the_host_stops_with_one_line(image, tmp_path):
+    # alpha has no oci.conf: Slurm runs an --container job there on the host, silently.
+    text = Path(SITE).read_text().replace("../.devcluster", str(ROOT / ".devcluster"))
+    marker = "    containers:\n      runtime: charliecloud\n"
+    assert marker in text
+    site = tmp_path / "oci-everywhere.yaml"
+    site.write_text(text.replace(marker, "    containers:\n      runtime: oci\n", 1).replace(
+        "debian-12: %s/rootfs" % (ROOT / ".devcluster" / "images" / IMAGE),
+        "debian-12: %s" % (ROOT / ".devcluster" / "images" / IMAGE), 1))
+    job, text = run_to_end(tmp_path, "-T", "single", "--image", IMAGE, "--", "echo", "ran", site=str(site))
+    assert job["runtime"] == "oci"
+    assert "runs on the host, not in image %s" % IMAGE in text and "oci.conf" in text, text
+    assert "ran" not in text.split() and job_info("alpha", job["job_id"])["JobState"] == "FAILED"

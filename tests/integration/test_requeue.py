@@ -776,7 +776,7 @@ def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenari
 def test_a_job_in_an_image_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
     # Its program is the image's Python (a path this machine lacks): every attempt ran in the image.
     result = check_node_failure(scenarios["node_fail_image"])
-    assert result["first"]["runtime"] == "charliecloud" and result["first"]["image"].endswith("/" + IMAGE)
+    assert result["first"]["runtime"] == "charliecloud" and result["first"]["image"].endswith("/%s/rootfs" % IMAGE)
 
 
 @scenario_test("preempt")

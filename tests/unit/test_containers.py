@@ -5,6 +5,7 @@ Golden files live in tests/golden/; after an intended change, regenerate them wi
 ``UPDATE_GOLDEN=1 make unit`` and review the diff.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -207,7 +208,9 @@ def test_site_validate_refuses_bad_container_settings(tmp_path, containers, says
 
 def test_relative_image_paths_are_the_site_files_like_every_path():
     site = load_site(LOCAL)
-    assert site.clusters["alpha"].containers.images["debian-12"] == str(ROOT / ".devcluster" / "images" / "debian-12")
+    images = ROOT / ".devcluster" / "images"
+    assert site.clusters["alpha"].containers.images["debian-12"] == str(images / "debian-12" / "rootfs")
+    assert site.clusters["beta"].containers.images["debian-12"] == str(images / "debian-12")
 
 
 # ---------------------------------------------------------------------------
@@ -254,6 +257,17 @@ def test_golden_charliecloud_single_and_oci_srun():
     _golden(rendered, "local-oci-srun.sh")
 
 
+def test_oci_warns_of_several_tasks_per_node():
+    site = load_site(LOCAL)
+    beta = site.cluster("beta")
+    spec = render.JobSpec(command=("true",), template="srun", image="debian-12", nodes=2)
+    rendered = render.render(site, beta, beta.partitions["gpu"], spec)
+    assert any(w.startswith("runtime oci: Slurm 22.05 starts one task per node in a container and refuses the "
+                            "step's 4") for w in rendered.warnings), rendered.warnings
+    rendered = render.render(site, beta, beta.partitions["gpu"], spec._replace(gpus_per_node=1))
+    assert not [w for w in rendered.warnings if "runtime oci" in w]
+
+
 def test_refusals_name_the_option_and_the_cluster():
     site = load_site(LOCAL)
     cluster = site.cluster("alpha")
@@ -263,9 +277,8 @@ def test_refusals_name_the_option_and_the_cluster():
         render.render(site, cluster, cpu, spec._replace(mounts=("/a",)))
     with pytest.raises(UsageError, match=r"binds read-write only.*\(cluster alpha, partition cpu\)"):
         render.render(site, cluster, cpu, spec._replace(image="debian-12", mounts=("/a:/a:ro",)))
-    with pytest.raises(UsageError, match="partition gpu of cluster beta runs no container images"):
-        render.render(site, site.cluster("beta"), site.cluster("beta").partitions["gpu"],
-                      spec._replace(image="/i"))
+    with pytest.raises(UsageError, match="partition cpu of cluster alpha runs no container images"):
+        render.render(site, cluster, cpu._replace(containers=ContainerSettings()), spec._replace(image="/i"))
 
 
 def test_the_cli_refuses_a_bad_mount_in_one_line(capsys):
@@ -281,9 +294,15 @@ def test_images_lists_what_each_cluster_can_run(capsys):
     code, out, err = run_main(capsys, "images", "--site", LOCAL)
     assert code == 0, err
     assert out.split("\n")[0].split() == ["CLUSTER", "PARTITIONS", "RUNTIME", "IMAGE", "WHERE"]
-    assert out.split("\n")[1].split() == ["alpha", "cpu,gpu", "charliecloud", "debian-12",
-                                          str(ROOT / ".devcluster" / "images" / "debian-12")]
-    code, out, err = run_main(capsys, "images", "--site", LOCAL, "--cluster", "beta")
+    images = ROOT / ".devcluster" / "images"
+    assert [line.split() for line in out.strip().split("\n")[1:]] == [
+        ["alpha", "cpu,gpu", "charliecloud", "debian-12", str(images / "debian-12" / "rootfs")],
+        ["beta", "gpu,urgent", "oci", "debian-12", str(images / "debian-12")],
+        ["gamma", "npu", "charliecloud", "debian-12", str(images / "debian-12" / "rootfs")]]
+    code, out, err = run_main(capsys, "images", "--site", LOCAL, "--cluster", "beta", "--json")
+    assert code == 0 and json.loads(out)["runtimes"] == [{"cluster": "beta", "partition": "gpu", "runtime": "oci"},
+                                                         {"cluster": "beta", "partition": "urgent", "runtime": "oci"}]
+    code, out, err = run_main(capsys, "images", "--site", str(ROOT / "site_configs" / "example-ascend.yaml"))
     assert code == 0 and out.startswith("no images defined")
 
 
