@@ -55,7 +55,9 @@ def prepare_cluster(c):
     changed |= write_if_changed(c.slurm_conf, c.render_slurm_conf())
     changed |= write_if_changed(c.gres_conf, c.render_gres_conf())
     changed |= write_if_changed(c.topology_conf, c.render_topology_conf())
-    if c.spec.get("oci"):
+    # Where the cluster's Slurm has runc beside it (a Debian root need not): else no oci.conf, and
+    # Slurm runs --container jobs on the host, as on a node of a real cluster without one.
+    if c.spec.get("oci") and c.has_program("runc"):
         c.oci_state.mkdir(mode=0o700, exist_ok=True)
         changed |= write_if_changed(c.oci_conf, c.render_oci_conf())
     elif c.oci_conf.exists():
