@@ -105,9 +105,14 @@ class _Plan(NamedTuple):
     name: str
 
 
-def sweep_id_for(name: str, command: Sequence[str], env: Dict[str, str]) -> str:
-    """``NAME-HASH8``: the same experiment (name, command, --env) is the same sweep, whatever its grid."""
-    text = json.dumps([name, list(command), sorted(env.items())], separators=(",", ":"), ensure_ascii=False)
+def sweep_id_for(name: str, command: Sequence[str], env: Dict[str, str], image: Optional[str] = None,
+                 mounts: Sequence[str] = ()) -> str:
+    """``NAME-HASH8``: the same experiment (name, command, --env, and the image it runs in) is the same sweep,
+    whatever its grid.  A sweep without an image keeps the id it had before images existed."""
+    identity = [name, list(command), sorted(env.items())]
+    if image is not None:
+        identity += [image, list(mounts)]
+    text = json.dumps(identity, separators=(",", ":"), ensure_ascii=False)
     safe = _SAFE_NAME_RE.sub("_", name).strip("_.-")[:40] or "sweep"
     return "%s-%s" % (safe, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8])
 
@@ -137,7 +142,8 @@ def plan(request: SweepRequest) -> _Plan:
     name = request.name or spec.name or launcher_command(pts.literal_command(spec.command)).name or "sweep"
     if request.name is not None and not pts.NAME_RE.fullmatch(request.name.replace("-", "_").replace(".", "_")):
         raise UsageError("--sweep-name %r: letters, digits, '.', '_' and '-' only" % request.name)
-    return _Plan(names, points, warnings, used, sweep_id_for(name, spec.command, dict(spec.env)), name)
+    return _Plan(names, points, warnings, used,
+                 sweep_id_for(name, spec.command, dict(spec.env), spec.image, spec.mounts), name)
 
 
 def _spec_plain(spec: JobSpec) -> dict:

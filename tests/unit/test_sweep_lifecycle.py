@@ -2,6 +2,8 @@
 splitting within the limits, one query per cluster, reruns that never renumber, resubmission of an
 edited grid, cancel, throttle, several clusters, canary, lost answers."""
 
+import hashlib
+import json
 import re
 
 import pytest
@@ -389,6 +391,12 @@ def test_the_sweep_id_names_the_experiment_not_the_grid():
     assert a != submission.sweep_id_for("train", COMMAND + ("--steps", "10"), {})
     assert a != submission.sweep_id_for("train", COMMAND, {"X": "1"})
     assert submission.sweep_id_for("exp/lr 1", COMMAND, {}).startswith("exp_lr_1-")
+    # The image is part of the experiment; a sweep without one keeps the id it always had.
+    assert a == "train-" + hashlib.sha256(
+        json.dumps(["train", list(COMMAND), []], separators=(",", ":")).encode()).hexdigest()[:8]
+    in_image = submission.sweep_id_for("train", COMMAND, {}, "pytorch-25.01")
+    assert in_image != a and in_image != submission.sweep_id_for("train", COMMAND, {}, "pytorch-25.02")
+    assert in_image != submission.sweep_id_for("train", COMMAND, {}, "pytorch-25.01", ("/data",))
 
 
 def test_failed_points_are_written_as_a_points_file_that_reads_back(env):
