@@ -16,7 +16,7 @@ help:
 	@echo "make test-fast everything but the tests marked slow (over 3 s each), on the local clusters (left up)"
 	@echo "make demo      start the local clusters and run a 2-node --comm heavy job end to end"
 	@echo "make pyslurm   build pyslurm for the installed Slurm (wheel cached in .cache/pyslurm) into .venv"
-	@echo "make bench     submission overhead against plain sbatch and simple-slurm"
+	@echo "make bench     submission overhead against plain sbatch and simple-slurm, ..., what a container costs"
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
 	@echo "make cluster-up SCALE=1024   the opt-in 1,024-node scale cluster instead (devcluster/scale.py); make bench-scale"
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
@@ -84,12 +84,13 @@ demo: venv compile cluster-up
 	$(PY) -m slurmkit wait --site site_configs/local.yaml \
 	    "$$($(PY) -c 'import json; print(json.load(open(".devcluster/demo-submit.json"))["id"])')"
 
-bench: venv compile cluster-up
+bench: venv compile cluster-up image
 	$(PY) bench/bench_submit.py
 	$(PY) bench/bench_federation.py
 	$(PY) bench/bench_health.py
 	$(PY) bench/bench_requeue.py
 	$(PY) bench/bench_sweep.py
+	$(PY) bench/bench_containers.py
 
 # Goodput of a real training job under a mix of injected failures, for slurmkit's daemon,
 # Slurm's own --requeue and a blind afterany chain, one after the other (about 25 minutes;

@@ -52,6 +52,20 @@ def test_ineligible_reasons_name_the_limit():
     assert parts == [] and "no partition 'nope'" in why
 
 
+def test_only_partitions_that_can_run_the_image_are_candidates():
+    site = load_site(str(ROOT / "site_configs" / "example-roce.yaml"))     # apptainer, one named image
+    ampere = site.clusters["ampere"]
+    spec = JobSpec(command=("x",), nodes=1, image="pytorch")
+    assert planner.partition_choices(site, ampere, spec, None, ())[0] == [ampere.partitions["a100"]]
+    parts, why = planner.partition_choices(site, ampere, spec._replace(image="pytorhc"), None, ())
+    assert parts == [] and why == "image 'pytorhc' is not defined on cluster ampere (it has: pytorch); give its " \
+        "path or registry reference instead"
+    # A reference apptainer pulls itself is fine there; a path-only runtime (charliecloud) refuses one.
+    assert planner.partition_choices(site, ampere, spec._replace(image="docker://x/y:1"), None, ())[0]
+    parts, why = _choices("alpha", JobSpec(command=("x",), gpus_per_node=1, image="docker://x/y:1"))
+    assert parts == [] and "runtime charliecloud on cluster alpha starts an image directory" in why
+
+
 def test_price_windows_wrap_midnight():
     beta = SITE.clusters["beta"]   # 08-20: 3.0, 20-08: 1.2
     assert planner.price_at(beta, datetime(2026, 1, 1, 12)) == 3.0
