@@ -9,6 +9,9 @@
   never a traceback), asserted;
 - :func:`wait_until`: poll a condition until a deadline, and say what was
   awaited when it passes;
+- :func:`assert_golden`: a rendered script against its golden file in
+  ``tests/golden/`` (``UPDATE_GOLDEN=1 make unit`` writes them anew, for a
+  diff to review);
 - :class:`World`: fake clusters on one FakeClock, a session over them, a
   requeue journal and a daemon, for the daemon's unit tests (plain jobs and
   sweep tasks alike).
@@ -22,9 +25,19 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def assert_golden(script: str, name: str) -> None:
+    """``script`` is the golden file ``tests/golden/NAME`` (with UPDATE_GOLDEN set: becomes it)."""
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(script)
+    assert script == path.read_text(), "rendered script differs from %s (UPDATE_GOLDEN=1 to accept)" % path
 
 
 def run_slurmkit(args: Sequence[object], env: Optional[Mapping[str, str]] = None, cwd=None, check: bool = False,

@@ -156,17 +156,44 @@ def test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_on
     assert job_info("beta", job["job_id"])["JobState"] == "FAILED"
 
 
-@needs_runc
-def test_a_container_job_slurm_runs_on_the_host_stops_with_one_line(image, tmp_path):
-    # alpha has no oci.conf: Slurm runs an --container job there on the host, silently.
+def alpha_with_runtime(tmp_path, runtime, bundle=False):
+    """local.yaml with alpha's runtime replaced (and its image the bundle rather than its rootfs), as a file."""
     text = Path(SITE).read_text().replace("../.devcluster", str(ROOT / ".devcluster"))
     marker = "    containers:\n      runtime: charliecloud\n"
     assert marker in text
-    site = tmp_path / "oci-everywhere.yaml"
-    site.write_text(text.replace(marker, "    containers:\n      runtime: oci\n", 1).replace(
-        "debian-12: %s/rootfs" % (ROOT / ".devcluster" / "images" / IMAGE),
-        "debian-12: %s" % (ROOT / ".devcluster" / "images" / IMAGE), 1))
-    job, text = run_to_end(tmp_path, "-T", "single", "--image", IMAGE, "--", "echo", "ran", site=str(site))
+    text = text.replace(marker, "    containers:\n      runtime: %s\n" % runtime, 1)
+    if bundle:
+        text = text.replace("debian-12: %s/rootfs" % (ROOT / ".devcluster" / "images" / IMAGE),
+                            "debian-12: %s" % (ROOT / ".devcluster" / "images" / IMAGE), 1)
+    site = tmp_path / ("alpha-%s.yaml" % runtime)
+    site.write_text(text)
+    return str(site)
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "podman-hpc"])
+def test_the_command_lines_of_apptainer_and_podman_hpc_run_a_two_node_job_through_stand_ins(image, tmp_path,
+                                                                                            runtime, monkeypatch):
+    # Neither is in Debian 12: tests/integration/fakes has a FAKE of each that reads exactly the options
+    # slurmkit renders for it (refusing any other) and runs the task with the real ch-run.
+    monkeypatch.setenv("PATH", "%s:%s" % (ROOT / "tests" / "integration" / "fakes", os.environ["PATH"]))
+    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", IMAGE, "-e", "RUN_LABEL=%s run" % runtime,
+                           "--mount", "%s:/mnt/extra" % tmp_path, "--", IMAGE_PYTHON, "-c",
+                           PROBE + "; import os; print('extra', os.path.isdir('/mnt/extra'))",
+                           site=alpha_with_runtime(tmp_path, runtime))
+    assert job["runtime"] == runtime
+    lines = sorted(line.split(" ", 6) for line in text.splitlines() if line.startswith("rank "))
+    assert [line[1] for line in lines] == ["0", "1"], text
+    for line in lines:
+        assert line[2] == "/opt/slurmkit-image/venv" and line[4].startswith("127.0.1.") and line[5] == "lo", text
+        assert line[6] == "%s run %s" % (runtime, tmp_path), text
+    assert text.count("extra True") == 2, text
+
+
+@needs_runc
+def test_a_container_job_slurm_runs_on_the_host_stops_with_one_line(image, tmp_path):
+    # alpha has no oci.conf: Slurm runs an --container job there on the host, silently.
+    site = alpha_with_runtime(tmp_path, "oci", bundle=True)
+    job, text = run_to_end(tmp_path, "-T", "single", "--image", IMAGE, "--", "echo", "ran", site=site)
     assert job["runtime"] == "oci"
     assert "runs on the host, not in image %s" % IMAGE in text and "oci.conf" in text, text
     assert "ran" not in text.split() and job_info("alpha", job["job_id"])["JobState"] == "FAILED"

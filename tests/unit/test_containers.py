@@ -22,10 +22,9 @@ from slurmkit.site import load_site
 from slurmkit.site.model import ContainerSettings
 from slurmkit.slurm.types import Switch, Topology
 
-from harness import one_error_line, run_main
+from harness import assert_golden, one_error_line, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
 LOCAL = str(ROOT / "site_configs" / "local.yaml")
 
 
@@ -217,10 +216,7 @@ def test_relative_image_paths_are_the_site_files_like_every_path():
 # Rendered scripts, one golden file per runtime
 
 def _golden(rendered, name):
-    path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(rendered.script)
-    assert rendered.script == path.read_text(), "rendered script differs from %s" % path
+    assert_golden(rendered.script, name)
 
 
 def test_golden_pyxis_torchrun_under_the_requeue_daemon():

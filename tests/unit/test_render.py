@@ -20,8 +20,9 @@ from slurmkit.slurm.types import Switch, Topology
 from slurmkit.script.topology import ClusterLayout
 from slurmkit.testing import FakeClock
 
+from harness import assert_golden
+
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
 SPEC = render.JobSpec(command=("python", "train.py", "--lr", "3e-4"), nodes=4, comm="heavy", token="0123456789abcdef")
 
 
@@ -64,10 +65,7 @@ def test_golden_scripts(config, golden, spec_changes, partition_name):
     # 3 nodes per leaf: a 4-node heavy job needs 2 leaves, a 2-node one needs 1.
     rendered = render.render(site, cluster, partition, SPEC._replace(**spec_changes),
                              layout=_layout(partition.name, 3, 4))
-    path = GOLDEN / golden
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(rendered.script)
-    assert rendered.script == path.read_text(), "rendered script differs from %s" % path
+    assert_golden(rendered.script, golden)
 
 
 def test_ib_script_carries_fabric_and_switches():

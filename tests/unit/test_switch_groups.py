@@ -8,7 +8,6 @@ tests/integration/test_scale.py.
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,9 @@ from slurmkit.site import load_site
 from slurmkit.slurm import parsers
 from slurmkit.slurm.types import NodeInfo, Switch, Topology
 
+from harness import assert_golden
+
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
 IB = ROOT / "site_configs" / "example-infiniband.yaml"
 SPEC = render.JobSpec(command=("python", "train.py"), nodes=4, comm="heavy", token="0123456789abcdef")
 
@@ -61,10 +61,7 @@ TWO_SPINES = [("spine1", 2), ("spine2", 2)]   # 4 leaves of 3 nodes, 2 per spine
 
 def test_golden_heavy_job_over_two_leaves_gets_the_matching_or_of_the_groups():
     rendered = _render(layout=_layout(TWO_SPINES))
-    path = GOLDEN / "infiniband-torchrun-switch-groups.sh"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(rendered.script)
-    assert rendered.script == path.read_text()
+    assert_golden(rendered.script, "infiniband-torchrun-switch-groups.sh")
     assert '#SBATCH --switches=2@00:30:00\n#SBATCH --constraint="[spine1|spine2]"\n' in rendered.script
     assert rendered.constraint == "[spine1|spine2]" and rendered.warnings == ()
     assert rendered.to_dict()["constraint"] == "[spine1|spine2]"
