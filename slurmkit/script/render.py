@@ -747,6 +747,8 @@ def _job_environment(spec: JobSpec, partition: Partition, template_name: str, wa
 
 # Variables the templates set on the host that the program in the image reads (besides the fabric's
 # and the --env ones): the rendezvous of the srun and torchrun templates, and the requeue daemon's.
+# Launchers that start tasks from the host (the batch script's side), never from inside an image.
+_HOST_LAUNCHERS = ("srun", "salloc", "sbatch", "mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun")
 _RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "SLURMKIT_NODE_ADDRS")
 _REQUEUE_VARIABLES = ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_STEP_DIR", "SLURMKIT_HEARTBEAT",
                       "PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE")
@@ -802,6 +804,11 @@ def container_launch(cluster: Cluster, partition: Partition, spec: JobSpec, temp
         return None
     from slurmkit.containers import catalog, grammar, runtimes
 
+    launcher = os.path.basename(spec.command[0]) if spec.command else ""
+    if launcher in _HOST_LAUNCHERS:
+        raise UsageError("with --image the command runs inside the image, where Slurm's and MPI's launchers are "
+                         "not: leave %r out (slurmkit's templates start the tasks: torchrun one per node, srun one "
+                         "per GPU; an MPI program runs under template srun through Slurm's PMI)" % launcher)
     settings = partition.containers
     try:
         location = catalog.resolve(settings, spec.image, cluster.name, partition.name)

@@ -11,6 +11,7 @@ the test reads what the program printed.
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,19 @@ def test_a_container_job_slurm_runs_on_the_host_stops_with_one_line(image, tmp_p
     assert job["runtime"] == "oci"
     assert "runs on the host, not in image %s" % IMAGE in text and "oci.conf" in text, text
     assert "ran" not in text.split() and job_info("alpha", job["job_id"])["JobState"] == "FAILED"
+
+
+@needs_runc
+def test_a_bundle_in_a_network_namespace_of_its_own_stops_with_one_line(image, tmp_path):
+    # The same image, its config.json with the network namespace `runc spec` gives (only a loopback of its
+    # own): a multi-node rendezvous could never reach it, and the job says so.
+    bundle = tmp_path / "private-net"
+    bundle.mkdir()
+    subprocess.run(["cp", "-al", str(Path(image) / "rootfs"), str(bundle / "rootfs")], check=True)
+    config = json.loads((Path(image) / "config.json").read_text())
+    config["linux"]["namespaces"].append({"type": "network"})
+    (bundle / "config.json").write_text(json.dumps(config))
+    job, text = run_to_end(tmp_path, "-T", "single", "--image", str(bundle), "--", "echo", "ran",
+                           cluster="beta", partition="gpu")
+    assert "runs in a network namespace of its own" in text, text
+    assert "ran" not in text.split() and job_info("beta", job["job_id"])["JobState"] == "FAILED"

@@ -277,6 +277,18 @@ def test_refusals_name_the_option_and_the_cluster():
         render.render(site, cluster, cpu._replace(containers=ContainerSettings()), spec._replace(image="/i"))
 
 
+@pytest.mark.parametrize("launcher", ["srun", "/usr/bin/mpirun", "mpiexec"])
+def test_a_launcher_of_the_host_inside_the_image_is_refused(launcher):
+    site = load_site(LOCAL)
+    cluster = site.cluster("alpha")
+    spec = render.JobSpec(command=(launcher, "python", "train.py"), template="srun", image="debian-12")
+    with pytest.raises(UsageError, match="where Slurm's and MPI's launchers are not: leave '%s' out"
+                       % os.path.basename(launcher)):
+        render.render(site, cluster, cluster.partitions["cpu"], spec)
+    # Without an image it is the user's business (srun inside srun makes a step of its own).
+    render.render(site, cluster, cluster.partitions["cpu"], spec._replace(image=None))
+
+
 def test_the_cli_refuses_a_bad_mount_in_one_line(capsys):
     code, out, err = run_main(capsys, "render", "--site", LOCAL, "-p", "cpu", "--image", "debian-12",
                               "--mount", "/a:/b:/c:/d", "--", "true")
