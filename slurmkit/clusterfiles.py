@@ -75,7 +75,11 @@ class ClusterFiles:
     def __init__(self, runner=None, checked: Optional[Callable] = None):
         self.runner = runner
         self.checked = checked
-        self.local = runner is None
+
+    @property
+    def local(self) -> bool:
+        """Whether the files are on this machine (no runner to reach them through)."""
+        return self.runner is None
 
     def _run(self, argv: List[str], what: str, stdin: Optional[str] = None):
         return self.checked(self.runner.run(argv, stdin=stdin), what)

@@ -55,8 +55,7 @@ def script_part(name: str, site: Optional[Site] = None) -> str:
     a site that overrides the part changes every script that runs it (a sweep's array script too).
     Read without Jinja, so a sweep's array script, built around an already rendered (cached) job,
     does not load it."""
-    path = next((os.path.join(d, name) for d in template_dirs(site) if os.path.lexists(os.path.join(d, name))),
-                os.path.join(BUILTIN_TEMPLATES, name))
+    path = template_file(name, template_dirs(site)) or os.path.join(BUILTIN_TEMPLATES, name)
     try:
         stamp = os.stat(path)
     except OSError as exc:
@@ -263,6 +262,17 @@ def template_description(path: str) -> str:
 TEMPLATE_LIMIT = 1 << 20
 
 
+def template_file(name: str, directories: Sequence[str]) -> Optional[str]:
+    """The first of ``directories`` holding ``name`` (a relative path with '/'), as that file's path, or None:
+    how Jinja's loader and :func:`script_part` find a template or a part (a dangling link counts: reading it
+    then says so)."""
+    for directory in directories:
+        path = os.path.join(directory, *name.split("/"))
+        if os.path.lexists(path):
+            return path
+    return None
+
+
 def _bounded_loader(jinja2, searchpath):
     """jinja2's FileSystemLoader, reading every file (templates, includes, parents) with
     :func:`slurmkit.textfile.read_text`: a FIFO, a device, a huge or non-UTF-8 file is one
@@ -272,28 +282,25 @@ def _bounded_loader(jinja2, searchpath):
 
     class BoundedLoader(jinja2.FileSystemLoader):
         def get_source(self, environment, template):
-            pieces = split_template_path(template)
-            for directory in self.searchpath:
-                filename = os.path.join(directory, *pieces)
-                if not os.path.lexists(filename):
-                    continue
+            filename = template_file("/".join(split_template_path(template)), self.searchpath)
+            if filename is None:
+                raise jinja2.TemplateNotFound(template)
+            try:
+                source = textfile.read_text(filename, TEMPLATE_LIMIT)
+                mtime = os.path.getmtime(filename)
+            except textfile.FileProblem as exc:
+                raise ConfigError("template file %s%s: %s" % (
+                    filename, ":%d" % exc.line if exc.line else "", exc)) from None
+            except OSError as exc:
+                raise ConfigError("template file %s: cannot read: %s" % (filename, exc.strerror or exc)) from None
+
+            def uptodate(filename=filename, mtime=mtime):
                 try:
-                    source = textfile.read_text(filename, TEMPLATE_LIMIT)
-                    mtime = os.path.getmtime(filename)
-                except textfile.FileProblem as exc:
-                    raise ConfigError("template file %s%s: %s" % (
-                        filename, ":%d" % exc.line if exc.line else "", exc)) from None
-                except OSError as exc:
-                    raise ConfigError("template file %s: cannot read: %s" % (filename, exc.strerror or exc)) from None
+                    return os.path.getmtime(filename) == mtime
+                except OSError:
+                    return False
 
-                def uptodate(filename=filename, mtime=mtime):
-                    try:
-                        return os.path.getmtime(filename) == mtime
-                    except OSError:
-                        return False
-
-                return source, os.path.normpath(filename), uptodate
-            raise jinja2.TemplateNotFound(template)
+            return source, os.path.normpath(filename), uptodate
 
     return BoundedLoader(searchpath)
 
