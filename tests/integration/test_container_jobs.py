@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IMAGE, IMAGE_PYTHON, job_info, needs_charliecloud, wait_job_state
+from conftest import IMAGE, IMAGE_PYTHON, job_info, needs_image, wait_job_state
 from harness import one_error_line, run_slurmkit, wait_until
 from training_output import TRAIN, check_training
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
-pytestmark = needs_charliecloud
+pytestmark = needs_image
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_an_image_the_site_does_not_define_is_refused_before_sbatch(image):
 # Slurm's own OCI containers (beta: runc through oci.conf)
 
 needs_runc = pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make "
-                                "install-system installs it on the host; the release roots do not have it)")
+                                "install-system installs it)")
 
 
 @needs_runc
@@ -175,11 +175,13 @@ def alpha_with_runtime(tmp_path, runtime, bundle=False):
 def test_the_command_lines_of_apptainer_and_podman_hpc_run_a_two_node_job_through_stand_ins(image, tmp_path,
                                                                                             runtime, monkeypatch):
     # Neither is in Debian 12: tests/integration/fakes has a FAKE of each that reads exactly the options
-    # slurmkit renders for it (refusing any other) and runs the task with the real ch-run.
+    # slurmkit renders for it (refusing any other) and runs the task with the real ch-run (whose bind
+    # targets must exist in the image: /mnt does; the job's output file is seen there through the mount).
     monkeypatch.setenv("PATH", "%s:%s" % (ROOT / "tests" / "integration" / "fakes", os.environ["PATH"]))
     job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", IMAGE, "-e", "RUN_LABEL=%s run" % runtime,
-                           "--mount", "%s:/mnt/extra" % tmp_path, "--", IMAGE_PYTHON, "-c",
-                           PROBE + "; import os; print('extra', os.path.isdir('/mnt/extra'))",
+                           "--mount", "%s:/mnt" % tmp_path, "--", IMAGE_PYTHON, "-c",
+                           PROBE + "; import os; print('extra', os.path.exists('/mnt/job-%s.out' % "
+                           "os.environ['SLURM_JOB_ID']))",
                            site=alpha_with_runtime(tmp_path, runtime))
     assert job["runtime"] == runtime
     lines = sorted(line.split(" ", 6) for line in text.splitlines() if line.startswith("rank "))

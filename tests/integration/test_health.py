@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_charliecloud
+from conftest import needs_ch_run
 from harness import run_slurmkit, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,7 +196,7 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
     assert "DRAIN" not in info.state and info.reason == ""
 
 
-@needs_charliecloud
+@needs_ch_run
 def test_nodes_whose_container_runtime_cannot_start_are_drained_and_resumed_once_it_can(devcluster, tmp_path,
                                                                                       beta):
     # Apptainer is not in Debian 12: every beta node fails the check; Charliecloud is (make install-system).

@@ -57,7 +57,7 @@ from pathlib import Path
 import pytest
 
 from harness import wait_until
-from conftest import HAS_CHARLIECLOUD, IMAGE, IMAGE_PYTHON, needs_charliecloud, node_lock, slurm, torch_missing, wait_job_state
+from conftest import CAN_RUN_IMAGES, IMAGE, IMAGE_PYTHON, needs_image, node_lock, slurm, torch_missing, wait_job_state
 from training_output import PYTHON, RESUME_RE, TRAIN, check_final, finals
 from tracked_user import User, named_jobs
 
@@ -326,7 +326,7 @@ def scenarios(devcluster, tmp_path_factory, request):
               if item.module is request.module}
     try:
         for key, (cluster, body) in dict(SCENARIOS, **IMAGE_SCENARIOS).items():
-            if key not in wanted or (key in IMAGE_SCENARIOS and not HAS_CHARLIECLOUD):   # (their tests skip)
+            if key not in wanted or (key in IMAGE_SCENARIOS and not CAN_RUN_IMAGES):   # (their tests skip)
                 continue
             image = key in IMAGE_SCENARIOS and request.getfixturevalue("container_image") and IMAGE
             user = User(base, key, cluster, IMAGE_PYTHON if image else PYTHON, image=image or None)
@@ -771,7 +771,7 @@ def test_node_failure_restarts_from_the_latest_checkpoint_on_other_nodes(scenari
     check_node_failure(scenarios["node_fail"])
 
 
-@needs_charliecloud
+@needs_image
 @scenario_test("node_fail_image")
 def test_a_job_in_an_image_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
     # Its program is the image's Python (a path this machine lacks): every attempt ran in the image.
@@ -808,7 +808,7 @@ def test_time_limit_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     check_time_limit(scenarios["timeout"])
 
 
-@needs_charliecloud
+@needs_image
 @scenario_test("timeout_image")
 def test_a_job_in_an_image_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     # USR1 went from the batch shell on the host through srun and ch-run to both workers in the image.
