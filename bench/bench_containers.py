@@ -2,7 +2,7 @@
 """What a container costs a job, per runtime, on the local clusters (make cluster-up, make image).
 
 1. The runtime's own start, without Slurm: the same one-line Python program started on the host
-   (the machine's python3), with Charliecloud (``ch-run`` on the image's rootfs, the job's working
+   (Debian's /usr/bin/python3, the interpreter the Debian 12 image has too), with Charliecloud (``ch-run`` on the image's rootfs, the job's working
    directory bound, as slurmkit renders it) and with runc (the image's OCI bundle, as Slurm's
    ``--container`` runs it).  Each ``BENCH_CONTAINERS_RUNS`` times in turn; medians and ranges.
 2. Through Slurm, what a researcher waits for: from the first line of the batch script to the
@@ -31,6 +31,8 @@ STATE = Path(os.environ.get("DEVCLUSTER_STATE") or (ROOT / ".devcluster"))
 OUT = ROOT / ".bench"
 RUNS = int(os.environ.get("BENCH_CONTAINERS_RUNS", "7"))
 IMAGE_PYTHON = "/opt/slurmkit-image/venv/bin/python"
+# The host's Debian Python: the image is Debian 12 too, so both sides start the same interpreter.
+HOST_PYTHON = "/usr/bin/python3"
 PROGRAM = "import sys"
 
 
@@ -59,7 +61,7 @@ def runtime_starts(bundle, work):
     (oci / "config.json").write_text(json.dumps(config))
     state = Path(work) / "runc-state"
     contenders = {
-        "host": ["python3", "-c", PROGRAM],
+        "host": [HOST_PYTHON, "-c", PROGRAM],
         "charliecloud": ["ch-run", "--bind=%s:%s" % (work, work), "--cd=%s" % work, str(bundle / "rootfs"), "--",
                          IMAGE_PYTHON, "-c", PROGRAM],
         "oci (runc)": None,
@@ -95,7 +97,7 @@ def through_slurm(site, work):
     """{contender: [seconds from the batch script's first line to the program's]}, each in turn."""
     probe = "import os, time; print('first-line', time.time() - float(os.environ['BENCH_T0']))"
     contenders = {
-        "host (alpha)": ("alpha", "cpu", (), sys.executable),
+        "host (alpha)": ("alpha", "cpu", (), HOST_PYTHON),
         "charliecloud (alpha)": ("alpha", "cpu", ("--image", "debian-12"), IMAGE_PYTHON),
         "oci (beta)": ("beta", "gpu", ("--image", "debian-12", "--gpus-per-node", "1"), IMAGE_PYTHON),
     }
