@@ -41,6 +41,14 @@ mkdir -p "$dir"
         esac
         echo "$stamp" > "$root/.image-done"
     fi
+    # The mount points in-root.sh made for its binds (the clone's path, pip's local indexes) are
+    # no part of the image: a job that found the clone's path there passed only where the image
+    # was made from a clone at that path (CI's clone is elsewhere).  Empty directories only, up to
+    # the image's root; also run on a reused image made before this step existed.
+    for made in "$here" /opt/wheels /opt/pypi*; do
+        d=$made
+        while [ "$d" != / ] && [ -d "$root$d" ] && rmdir "$root$d" 2>/dev/null; do d=$(dirname "$d"); done
+    done
     if [ ! -f "$dir/config.json" ] || [ "$(cat "$dir/.bundle-done" 2>/dev/null)" != "$bundle_stamp" ]; then
         rm -f "$dir/config.json" "$dir/.bundle-done"
         (cd "$dir" && runc spec)

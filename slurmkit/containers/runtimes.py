@@ -11,7 +11,12 @@ accelerator and fabric of the partition) returning a :class:`Wrapped`:
 - ``binary``: the program that must be on each node for it to work, for the
   job's own check and ``slurmkit health``;
 - ``needs_user``: the runtime refuses to start without ``$USER``, which a batch
-  job need not have, so the batch script sets it.
+  job need not have, so the batch script sets it;
+- ``bind_targets``: directories the runtime binds onto but cannot make in a
+  read-only image, so each must already be one there (the batch script checks
+  a directory image first and says which is missing, instead of the runtime's
+  ``can't mkdir``); ``host_dirs``: those the runtime brings from the host
+  itself, under which nothing needs checking.
 
 Words are data, not shell text: a word is a tuple of parts, each a literal
 string (the renderer shell-quotes it) or a :class:`Var`, a variable the shell
@@ -96,6 +101,8 @@ class Wrapped(NamedTuple):
     prefix: Tuple[Word, ...] = ()
     binary: Optional[str] = None
     needs_user: bool = False
+    bind_targets: Tuple[Word, ...] = ()
+    host_dirs: Tuple[str, ...] = ()
 
 
 class RuntimeRefusal(ValueError):
@@ -103,6 +110,9 @@ class RuntimeRefusal(ValueError):
 
 
 PWD = Var("PWD")
+# ch-run 0.31 binds the host's /tmp into every container (unless --private-tmp): a bind target below
+# it is the host's directory, there whatever the image holds.
+CH_RUN_HOST_DIRS = ("/tmp",)
 RDMA_DEVICES = "/dev/infiniband"
 RDMA_SYSFS = "/sys/class/infiniband"
 
@@ -126,15 +136,21 @@ def oci(request: Request) -> Wrapped:
 
 def charliecloud(request: Request) -> Wrapped:
     prefix = [_w("ch-run")]
+    targets = []
     for mount in request.mounts:
         if mount.readonly:
             raise RuntimeRefusal("runtime charliecloud (ch-run) binds read-write only: mount %s without ':ro', or "
                                  "use a runtime that mounts read-only" % mount.spec())
         prefix.append(_w("--bind=%s:%s" % (mount.source, mount.target)))
+        targets.append(_w(mount.target))
     if request.workdir:
         prefix += [_w("--bind=", PWD, ":", PWD), _w("--cd=", PWD)]
+        targets.append(_w(PWD))
     prefix += [_w(request.image), _w("--")]
-    return Wrapped(prefix=tuple(prefix), binary=PROGRAMS["charliecloud"][0], needs_user=True)
+    # ch-run 0.31 makes a missing bind target only in a writable image (--write, which would change
+    # the site's copy for every job): the target must be a directory of the image already.
+    return Wrapped(prefix=tuple(prefix), binary=PROGRAMS["charliecloud"][0], needs_user=True,
+                   bind_targets=tuple(targets), host_dirs=CH_RUN_HOST_DIRS)
 
 
 def pyxis(request: Request) -> Wrapped:

@@ -857,6 +857,8 @@ def container_launch(cluster: Cluster, partition: Partition, spec: JobSpec, temp
         prologue.append('[[ -e %s ]] || { echo "slurmkit: error: image %s is not on node $SLURMD_NODENAME at %s: '
                         'copy it there or fix the site\'s containers.images" >&2; exit 1; }'
                         % (shell_quote(location), _in_double_quotes(spec.image), _in_double_quotes(location)))
+    if wrapped.bind_targets and grammar.is_path(location):
+        prologue.append(_bind_target_check(wrapped, spec.image, location))
     if wrapped.binary:
         prologue.append('command -v %s >/dev/null || { echo "slurmkit: error: runtime %s needs %s, which is not on '
                         'node $SLURMD_NODENAME (PATH=$PATH)" >&2; exit 1; }'
@@ -871,6 +873,21 @@ def container_launch(cluster: Cluster, partition: Partition, spec: JobSpec, temp
     return ContainerLaunch(runtime=settings.runtime, image=spec.image, location=location,
                            srun=Trusted(srun + " " if srun else ""), task=Trusted(task),
                            prologue=tuple(Trusted(line) for line in prologue))
+
+
+def _bind_target_check(wrapped, image: str, location: str) -> str:
+    """One line of the batch script: in a directory image (a SquashFS file cannot be looked into before
+    the runtime mounts it), every directory the runtime binds onto and cannot make is there, else one
+    line naming it and what to do, before the runtime's own ``can't mkdir`` on every node."""
+    from slurmkit.containers import runtimes
+
+    targets = runtimes.words_text(wrapped.bind_targets, shell_quote)
+    own = "".join(" || $slurmkit_t == %s/*" % shell_quote(d) for d in wrapped.host_dirs)
+    return ('for slurmkit_t in %s; do [[ ! -d %s || -d %s$slurmkit_t%s ]] || { echo "slurmkit: error: image %s '
+            'on node $SLURMD_NODENAME has no directory $slurmkit_t to mount onto, and its runtime cannot make one '
+            'in the image: mount at a directory the image has (--mount SOURCE:/mnt) or add $slurmkit_t to the '
+            'image" >&2; exit 1; }; done'
+            % (targets, shell_quote(location), shell_quote(location), own, _in_double_quotes(image)))
 
 
 def _in_double_quotes(text: str) -> str:

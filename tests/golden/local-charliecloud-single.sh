@@ -18,6 +18,7 @@ export GLOO_SOCKET_IFNAME=lo
 # network, and sees the job's directories at their paths.
 export USER="${USER:-$(id -un)}"
 [[ -e REPO/.devcluster/images/debian-12/rootfs ]] || { echo "slurmkit: error: image debian-12 is not on node $SLURMD_NODENAME at REPO/.devcluster/images/debian-12/rootfs: copy it there or fix the site's containers.images" >&2; exit 1; }
+for slurmkit_t in "$PWD"; do [[ ! -d REPO/.devcluster/images/debian-12/rootfs || -d REPO/.devcluster/images/debian-12/rootfs$slurmkit_t || $slurmkit_t == /tmp/* ]] || { echo "slurmkit: error: image debian-12 on node $SLURMD_NODENAME has no directory $slurmkit_t to mount onto, and its runtime cannot make one in the image: mount at a directory the image has (--mount SOURCE:/mnt) or add $slurmkit_t to the image" >&2; exit 1; }; done
 command -v ch-run >/dev/null || { echo "slurmkit: error: runtime charliecloud needs ch-run, which is not on node $SLURMD_NODENAME (PATH=$PATH)" >&2; exit 1; }
 # What the in-image check compares with: the host's root mount and network namespace.
 slurmkit_host_root=

@@ -464,6 +464,12 @@ def container_image(devcluster):
             shutil.rmtree(copy, ignore_errors=True)       # another file system: a real copy
             subprocess.run(["cp", "-a", made, str(copy)], check=True)
         (copy / ".copied-from").write_text(stamp)
+    # The clusters' copy has a mount point at the clone's path, as a site's image has its file systems'
+    # (/home, /scratch): ch-run binds only onto a directory the image has, and the tests mount the clone
+    # (the training program and slurmkit's checkpoint helper) at its own path.  A new directory of the
+    # copy (cp -al links files, not directories): the machine's image stays as made, whatever the path
+    # of the clone that made it.
+    (copy / "rootfs" / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
     return str(copy)
 
 

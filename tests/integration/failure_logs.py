@@ -27,22 +27,28 @@ MATCHED = 40           # lines naming the failing jobs, per log
 OUTPUT_TAIL = 40       # last lines of each job output file
 MAX_READ = 4 << 20     # bytes read from one log at most (the end of what was appended)
 MAX_SECTION = 60_000   # characters of the whole section
+# Directories of the state directory that hold no cluster's logs: the container images' copies.
+SKIPPED_DIRS = ("images",)
 
 # A job id as Slurm and the tests print it: JobId=ID, job ID, jobid ID, job_id: ID.
 _JOB_ID = re.compile(r"(?:\bJobId=|\bjob(?:[ _]?id)?['\"]?[ =:]\s*['\"]?)(\d{1,9})\b", re.I)
 
 
 def offsets(state_dir) -> Dict[str, int]:
-    """{log path: size now} for every log under the clusters' state directory."""
+    """{log path: size now} for every log under the clusters' state directory, but for the container
+    images kept there (a whole Debian root each, whose build logs are no cluster's and whose tens of
+    thousands of files would be walked before every test module)."""
     found = {}
-    try:
-        for path in Path(state_dir).rglob("*.log"):
-            try:
-                found[str(path)] = path.stat().st_size
-            except OSError:
-                continue
-    except OSError:
-        pass
+    for top, dirs, files in os.walk(str(state_dir)):
+        if top == str(state_dir):
+            dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
+        for name in files:
+            if name.endswith(".log"):
+                path = os.path.join(top, name)
+                try:
+                    found[path] = os.stat(path).st_size
+                except OSError:
+                    continue
     return found
 
 

@@ -114,6 +114,18 @@ def test_an_image_missing_on_the_node_is_one_line_from_the_job(image, tmp_path):
     assert "Traceback" not in text
 
 
+def test_a_mount_onto_a_directory_the_image_lacks_is_one_line_from_the_job(image, tmp_path):
+    # ch-run 0.31 binds only onto a directory the image has (it would answer "can't mkdir ... Read-only
+    # file system" on every node); the batch script looks into the directory image first.
+    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", IMAGE, "--mount",
+                           "%s:/no-such-dir-in-image" % tmp_path, "--", IMAGE_PYTHON, "-c", "print('ran')")
+    assert text.splitlines() == [
+        "slurmkit: error: image %s on node an1 has no directory /no-such-dir-in-image to mount onto, and its "
+        "runtime cannot make one in the image: mount at a directory the image has (--mount SOURCE:/mnt) or add "
+        "/no-such-dir-in-image to the image" % IMAGE], text
+    assert job_info("alpha", job["job_id"])["JobState"] == "FAILED"
+
+
 def test_an_image_the_site_does_not_define_is_refused_before_sbatch(image):
     proc = slurmkit("render", "-p", "cpu", "--image", "pytorch", "--", "true", check=False)
     assert proc.returncode == 2

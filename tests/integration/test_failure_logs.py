@@ -74,3 +74,15 @@ def test_the_section_is_bounded_and_never_raises(tmp_path, monkeypatch):
         raise RuntimeError("disk gone")
     monkeypatch.setattr(failure_logs, "offsets", broken)
     assert failure_logs.section(before, tmp_path, "JobId=5", since=0) == "(cluster logs could not be read: disk gone)"
+
+
+def test_the_container_images_kept_beside_the_clusters_are_not_their_logs(tmp_path):
+    # An image's copy under the state directory is a whole root with build logs of its own: no cluster
+    # said them, and a failing test's report must not be filled with debootstrap's lines.
+    state = tmp_path / "state"
+    (state / "alpha" / "ctld").mkdir(parents=True)
+    (state / "images" / "debian-12" / "rootfs" / "tmp").mkdir(parents=True)
+    (state / "alpha" / "ctld" / "slurmctld.log").write_text("x\n")
+    (state / "images" / "debian-12" / "root.debootstrap.log").write_text("I: Configuring dash...\n")
+    (state / "images" / "debian-12" / "rootfs" / "tmp" / "apt-install.log").write_text("Setting up\n")
+    assert list(failure_logs.offsets(state)) == [str(state / "alpha" / "ctld" / "slurmctld.log")]

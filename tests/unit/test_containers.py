@@ -357,3 +357,55 @@ def test_a_task_in_a_private_network_stops_with_one_line(tmp_path):
 def test_a_directory_the_image_lacks_stops_the_task(tmp_path):
     proc = _check(str(tmp_path), str(tmp_path / "gone"), "--", "echo", "ran", prefix=("unshare", "--mount"))
     assert proc.returncode == 1 and "%s is not in image img:1" % (tmp_path / "gone") in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# The bind targets of ch-run, checked by the batch script on the host before the runtime starts
+
+def _bind_check(tmp_path, image_dir, mount, cwd):
+    site = load_site(LOCAL)
+    cluster = site.cluster("alpha")
+    cpu = cluster.partitions["cpu"]._replace(containers=ContainerSettings(runtime="charliecloud",
+                                                                           images={"img": str(image_dir)}))
+    spec = render.JobSpec(command=("true",), template="single", image="img", mounts=(mount,))
+    lines = [line for line in render.render(site, cluster, cpu, spec).script.splitlines()
+             if line.startswith("for slurmkit_t in ")]
+    assert len(lines) == 1, lines
+    return subprocess.run(["bash", "-c", lines[0] + "\necho checked"], cwd=str(cwd), capture_output=True, text=True,
+                          env=dict(os.environ, SLURMD_NODENAME="n1"))
+
+
+def test_a_bind_target_the_directory_image_lacks_is_one_line_before_the_runtime(tmp_path):
+    image = tmp_path / "rootfs"
+    (image / "mnt").mkdir(parents=True)
+    # The target is missing in the image: one line naming the image, the node and the directory; a target
+    # with shell syntax in it stays one word, never run.
+    proc = _bind_check(tmp_path, image, "/srv/data:/data $(touch x)", "/")
+    assert proc.returncode == 1 and proc.stdout == "" and not os.path.exists("/x")
+    assert proc.stderr == (
+        "slurmkit: error: image img on node n1 has no directory /data $(touch x) to mount onto, and its runtime "
+        "cannot make one in the image: mount at a directory the image has (--mount SOURCE:/mnt) or add "
+        "/data $(touch x) to the image\n")
+    # The working directory is a bind target too, at its own path (here one outside /tmp).
+    proc = _bind_check(tmp_path, image, "/srv/data:/mnt", "/usr/share")
+    assert proc.returncode == 1 and "has no directory /usr/share to mount onto" in proc.stderr
+    # Both there (as an admin adds mount points to an image): the job goes on.
+    (image / "usr" / "share").mkdir(parents=True)
+    assert _bind_check(tmp_path, image, "/srv/data:/mnt", "/usr/share").stdout == "checked\n"
+
+
+def test_bind_targets_under_the_hosts_tmp_and_squashfs_images_are_left_to_the_runtime(tmp_path):
+    image = tmp_path / "rootfs"
+    image.mkdir()
+    # ch-run brings the host's /tmp itself: a working directory there needs nothing in the image.
+    under_tmp = Path("/tmp") / ("slurmkit-bind-%d" % os.getpid())
+    under_tmp.mkdir(exist_ok=True)
+    try:
+        (image / "mnt").mkdir()
+        assert _bind_check(tmp_path, image, "/srv:/mnt", under_tmp).stdout == "checked\n"
+    finally:
+        under_tmp.rmdir()
+    # A SquashFS file cannot be looked into before ch-run mounts it: nothing is checked.
+    squash = tmp_path / "img.sqfs"
+    squash.write_bytes(b"hsqs")
+    assert _bind_check(tmp_path, squash, "/srv:/nowhere", "/").stdout == "checked\n"
