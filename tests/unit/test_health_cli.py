@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.health.plan import CheckPlan
-from slurmkit.site.model import HealthChecks, HealthMount
-
 from harness import run_slurmkit
+from health_site import one_partition_site, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,31 +24,7 @@ def run(*args, stdin=None, env=None, tmp_path=None):
 
 @pytest.fixture
 def site(tmp_path):
-    (tmp_path / "scratch" / "c1").mkdir(parents=True)
-    (tmp_path / "slurm.conf").write_text("# the Slurm commands here are fakes on PATH (or missing)\n")
-    path = tmp_path / "site.yaml"
-    path.write_text(textwrap.dedent("""\
-        site: t
-        health: {check_timeout: 1}
-        clusters:
-          c:
-            slurm_conf: %s/slurm.conf
-            partitions:
-              cpu:
-                accelerator: none
-                cpus_per_node: 1
-                health:
-                  daemons: []
-                  warn_load_per_core: null
-                  mounts: [{path: %s/scratch/%%n, writable: true}]
-        """ % (tmp_path, tmp_path)))
-    return str(path)
-
-
-def plan(tmp_path, **kw):
-    checks = HealthChecks(daemons=(), warn_load_per_core=None, dstate_seconds=0,
-                          mounts=(HealthMount(str(tmp_path / "scratch" / "%n"), writable=True),))
-    return CheckPlan(**dict(dict(node="c1", cluster="c", partition="cpu", checks=checks), **kw))
+    return one_partition_site(tmp_path)
 
 
 def test_healthy_and_unhealthy_exit_codes_with_json(tmp_path, site):
