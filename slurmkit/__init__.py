@@ -15,3 +15,14 @@ them, never at module level of a module on a command's common path.
 """
 
 __version__ = "0.3.0"
+
+# The Python API's names at the top (``from slurmkit import AutoExecutor``), imported when asked for.
+_API = ("AutoExecutor", "SlurmExecutor", "Job", "FailedJobError", "UncompletedJobError")
+
+
+def __getattr__(name):
+    if name in _API:
+        from slurmkit import api
+
+        return getattr(api, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -136,6 +136,7 @@ class JobSpec(NamedTuple):
     # cluster, a path or a reference the cluster's runtime takes; mounts as SRC[:DST[:ro]].
     image: Optional[str] = None
     mounts: Tuple[str, ...] = ()
+    mem: Optional[str] = None                # sbatch --mem: memory per node (16G, 512M); None: Slurm's default
 
 
 class ContainerLaunch(NamedTuple):
@@ -469,6 +470,8 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     cpus = cpus_per_task if cpus_per_task is not None else spec.cpus_per_task
     if cpus:
         opts.append(("--cpus-per-task", cpus))
+    if spec.mem:
+        opts.append(("--mem", spec.mem))
     opts.append(("--time", time))
     if switches is not None:
         opts.append(("--switches", "%d@%s" % (switches, wait or site.switch_wait(cluster))))

@@ -91,6 +91,7 @@ def _build_cluster(name, value, site_health=None):
         partitions={pname: _build_partition(pname, part, containers) for pname, part in value["partitions"].items()},
         containers=containers,
         slurm_conf=value.get("slurm_conf"),
+        python=value.get("python"),
         login=None if login is None else LoginNode(
             host=login["host"], port=login["port"], user=login.get("user"),
             identity_file=login.get("identity_file"), known_hosts=login.get("known_hosts"),

@@ -223,6 +223,7 @@ class Cluster(NamedTuple):
     default_partition: Optional[str] = None
     health: ClusterHealth = ClusterHealth()
     containers: ContainerSettings = ContainerSettings()   # each partition's holds what applies there
+    python: Optional[str] = None         # the Python of the API's calls on the nodes (slurmkit.api)
 
 
 class Defaults(NamedTuple):

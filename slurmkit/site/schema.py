@@ -250,6 +250,10 @@ CLUSTER = {
             "doc": "node features that each mark one group of leaf switches (e.g. one per spine): a --comm heavy "
                    "job needing more than one leaf gets --constraint=[a|b|...], all its nodes in one group"},
         "default_partition": {"type": "str", "doc": "partition used when none is given"},
+        "python": {"type": "str", "checker": check_non_empty,
+                   "doc": "the Python that runs the Python API's calls (slurmkit.AutoExecutor) on the nodes: a path, "
+                          "or a name on the nodes' PATH; it needs cloudpickle and the caller's MAJOR.MINOR. Default: "
+                          "python3 (for a cluster used from this machine, this process's own Python)"},
         "price_per_gpu_hour": {
             "type": "one_of",
             "doc": "a number, or a list of {hours, price} windows covering the day",

@@ -1,0 +1,255 @@
+"""A submitted call: submitit's ``Job``, with a global id and no shared filesystem assumed.
+
+A job's files (the call, each task's outcome, Slurm's log) live in its folder *on the
+cluster*: this machine's folder for a cluster used from here, a folder on the login node
+for one reached over SSH, read through the connection the cluster's Slurm commands use
+(:meth:`slurmkit.session.Session.files`).  This machine keeps one small record per job in
+the executor's folder, so :meth:`Job.from_id` finds it again in another process.
+
+Slurm is asked about all the unfinished jobs of a process on one cluster at once, at most
+once per poll interval (:class:`StateWatcher`): a process waiting on a thousand jobs costs
+slurmctld one squeue per poll, as the requeue daemon does.
+"""
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional
+
+from slurmkit.errors import FailedJobError, SlurmkitError, UncompletedJobError, UsageError
+
+RECORD_SUFFIX = ".job.json"
+LOG_TAIL_BYTES = 4000
+
+
+class JobPaths(NamedTuple):
+    """Where a job's files are: ``folder`` here (its record), the rest on the cluster."""
+
+    folder: Path
+    cluster_folder: str
+    submitted_pickle: str        # the call
+    result_pickle: str           # task 0's outcome (task T's: result_pickle_of(T))
+    stdout: str                  # Slurm's log of the job (stdout and stderr together)
+    stderr: str
+
+    def result_pickle_of(self, task: int) -> str:
+        return self.result_pickle.replace("_0_result", "_%d_result" % task)
+
+
+def cluster_paths(cluster_folder: str, token: str) -> Dict[str, str]:
+    """The job's files in its cluster folder, named by its token (known before sbatch gives an id)."""
+    base = "%s/%s" % (cluster_folder.rstrip("/") or "/", token)
+    return {"call": base + "_call.txt", "result": base + "_%t_result.txt", "log": base + "_log.out"}
+
+
+class StateWatcher:
+    """Slurm's view of a process's jobs: one ``jobs_by_id`` per cluster for all of them, at most
+    once per ``interval`` seconds; a finished job is remembered and never asked about again."""
+
+    def __init__(self, session, interval: float = 1.0, clock=time):
+        self.session = session
+        self.interval = interval
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._pending: Dict[str, set] = {}
+        self._info: Dict[tuple, object] = {}
+        self._asked: Dict[str, float] = {}
+
+    def register(self, cluster: str, job_id: str) -> None:
+        with self._lock:
+            self._pending.setdefault(cluster, set()).add(job_id)
+
+    def info(self, cluster: str, job_id: str, force: bool = False):
+        """The job's JobInfo (None while Slurm does not know it)."""
+        with self._lock:
+            known = self._info.get((cluster, job_id))
+            if known is not None and known.finished:
+                return known
+            self._pending.setdefault(cluster, set()).add(job_id)
+            now = self.clock.monotonic()
+            if force or now - self._asked.get(cluster, -1e9) >= self.interval:
+                ids = sorted(self._pending[cluster])
+                found = self.session.backend(cluster).jobs_by_id(ids)
+                self._asked[cluster] = now
+                for jid in ids:
+                    if jid in found:
+                        self._info[(cluster, jid)] = found[jid]
+                        if found[jid].finished:
+                            self._pending[cluster].discard(jid)
+            return self._info.get((cluster, job_id))
+
+
+class Job:
+    """One submitted call (submitit's ``Job``): ``job_id`` is global (``beta:48213``)."""
+
+    def __init__(self, record: dict, session, watcher: StateWatcher, task_id: Optional[int] = None):
+        self._record = record
+        self._session = session
+        self._watcher = watcher
+        self._task = task_id
+        self._outcomes: Dict[int, object] = {}
+        watcher.register(record["cluster"], record["slurm_id"])
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        return "%s:%s" % (self._record["cluster"], self._record["slurm_id"])
+
+    @property
+    def cluster(self) -> str:
+        return self._record["cluster"]
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self._record["tasks"])
+
+    @property
+    def paths(self) -> JobPaths:
+        files = self._record["files"]
+        return JobPaths(Path(self._record["folder"]), self._record["cluster_folder"], files["call"],
+                        files["result"].replace("%t", "0"), files["log"], files["log"])
+
+    def task(self, task_id: int) -> "Job":
+        """The job as seen from one of its tasks: its ``result()`` is that task's."""
+        if not 0 <= task_id < self.num_tasks:
+            raise UsageError("job %s has tasks 0 to %d, not %r" % (self.job_id, self.num_tasks - 1, task_id))
+        return Job(self._record, self._session, self._watcher, task_id)
+
+    def __repr__(self):
+        return "Job<%s%s>" % (self.job_id, "" if self._task is None else " task %d" % self._task)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _info(self, force: bool = False):
+        return self._watcher.info(self.cluster, self._record["slurm_id"], force=force)
+
+    @property
+    def state(self) -> str:
+        """Slurm's state of the job (``UNKNOWN`` while Slurm does not list it)."""
+        info = self._info()
+        return info.state if info is not None else "UNKNOWN"
+
+    def done(self, force_check: bool = False) -> bool:
+        """Whether the job has ended: Slurm's word while it knows the job; once it has forgotten it (past
+        MinJobAge, on a cluster without accounting), whether every task left its outcome."""
+        info = self._info(force=force_check)
+        if info is not None:
+            return bool(info.finished)
+        tasks = [self._task] if self._task is not None else range(self.num_tasks)
+        return all(self._outcome(task) is not None for task in tasks)
+
+    def wait(self, timeout: Optional[float] = None, clock=time) -> None:
+        """Until the job ends: polls back off from 0.5 s to 5 s (:class:`StateWatcher` keeps it one
+        query per cluster for all of the process's jobs); :class:`~slurmkit.errors.WaitTimeoutError`
+        after ``timeout`` seconds."""
+        from slurmkit.errors import WaitTimeoutError
+
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        delay = 0.5
+        while not self.done():
+            if deadline is not None and clock.monotonic() + delay > deadline:
+                raise WaitTimeoutError("job %s is still %s after %ss" % (self.job_id, self.state, timeout),
+                                       job=self._info())
+            clock.sleep(delay)
+            delay = min(delay * 1.5, 5.0)
+
+    def cancel(self, check: bool = True) -> None:
+        """scancel the job; ``check``: a refusal raises (a job that already ended is no refusal)."""
+        from slurmkit import jobs
+
+        try:
+            jobs.cancel(self._session, [jobs.JobRef(self.cluster, self._record["slurm_id"])])
+        except SlurmkitError:
+            if check and not self.done(force_check=True):
+                raise
+
+    # -- outcome ----------------------------------------------------------------------------
+
+    def _outcome(self, task: int):
+        """The task's outcome (None when it left none), read once from the cluster."""
+        if task not in self._outcomes:        # an outcome is final once there: read it once
+            from slurmkit.api import payload
+
+            text = self._session.files(self.cluster).read(self._record["files"]["result"].replace("%t", str(task)))
+            try:
+                outcome = payload.load_outcome(text) if text else None
+            except ValueError:
+                outcome = None
+            if outcome is None:
+                return None
+            self._outcomes[task] = outcome
+        return self._outcomes[task]
+
+    def results(self) -> List[object]:
+        """Every task's return value, in rank order, once the job has ended; raises
+        :class:`FailedJobError` (the remote traceback) or :class:`UncompletedJobError` (no result:
+        the job's state and the end of its log)."""
+        self.wait()
+        tasks = [self._task] if self._task is not None else range(self.num_tasks)
+        values = []
+        for task in tasks:
+            outcome = self._outcome(task)
+            if outcome is None:
+                info = self._info()
+                raise UncompletedJobError(
+                    "job %s (task %d) ended %s without a result; the end of its log (%s):\n%s"
+                    % (self.job_id, task, info.state if info else "UNKNOWN", self.paths.stdout,
+                       self._log_tail() or "(empty)"))
+            if not outcome.ok:
+                raise FailedJobError("job %s (task %d) raised %s: %s\n\nThe traceback on the node:\n%s"
+                                     % (self.job_id, task, outcome.type, outcome.message, outcome.traceback.rstrip()),
+                                     exception=outcome.exception, remote_traceback=outcome.traceback)
+            values.append(outcome.value)
+        return values
+
+    def result(self) -> object:
+        """The call's return value (task 0's, or this task's for a :meth:`task` view)."""
+        return self.results()[0]
+
+    def exception(self) -> Optional[BaseException]:
+        """None when the call returned, else the error :meth:`result` would raise (waits for the end)."""
+        try:
+            self.results()
+        except (FailedJobError, UncompletedJobError) as exc:
+            return exc
+        return None
+
+    def _log_tail(self) -> str:
+        log = self.paths.stdout
+        return self._session.files(self.cluster).tails([log], LOG_TAIL_BYTES).get(log, "")
+
+    def stdout(self) -> Optional[str]:
+        """Slurm's log of the job (None before it exists); Slurm writes stdout and stderr there together."""
+        return self._session.files(self.cluster).read(self.paths.stdout)
+
+    def stderr(self) -> Optional[str]:
+        """The same log as :meth:`stdout`: the job script writes both streams to one file."""
+        return self.stdout()
+
+    # -- records ------------------------------------------------------------------------------
+
+    @staticmethod
+    def record_path(folder, job_id: str) -> Path:
+        return Path(folder) / (job_id.replace(":", "_") + RECORD_SUFFIX)
+
+    def save(self) -> None:
+        from slurmkit.textfile import write_atomic
+
+        write_atomic(str(self.record_path(self._record["folder"], self.job_id)), json.dumps(self._record) + "\n")
+
+    @classmethod
+    def from_id(cls, job_id: str, folder, site=None) -> "Job":
+        """The job ``job_id`` (``CLUSTER:ID``) that an executor with ``folder`` submitted, in this process."""
+        from slurmkit.api.executor import open_session
+
+        path = cls.record_path(os.path.abspath(str(folder)), job_id)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise UsageError("no job %s was submitted with folder %s (no readable %s)" % (job_id, folder, path)) \
+                from None
+        session = open_session(site if site is not None else record.get("site"))
+        return cls(record, session, StateWatcher(session))

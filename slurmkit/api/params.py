@@ -1,0 +1,135 @@
+"""submitit's executor parameters, as slurmkit's job request.
+
+A pure translation: names and values in, a :class:`Request` (the job spec's fields, the
+partition) out, or a :class:`~slurmkit.errors.UsageError` naming the parameter.  Two
+vocabularies, as in submitit: :class:`~slurmkit.api.executor.AutoExecutor` takes the
+generic names (``timeout_min``, ``tasks_per_node``, ``mem_gb``, ...) and Slurm's under
+``slurm_``; :class:`~slurmkit.api.executor.SlurmExecutor` takes Slurm's without it
+(``time``, ``ntasks_per_node``, ``mem``, ...).  Plus what slurmkit adds: ``comm``,
+``template``, ``image``, ``mounts``, ``env``.
+
+``slurm_additional_parameters`` cannot pass arbitrary ``#SBATCH`` lines: the ones slurmkit
+knows what to do with are taken (``account``, ``qos``, ``constraint``, ``exclude``,
+``nodelist``, ``exclusive``), any other is refused, so that nothing reaches sbatch unchecked.
+"""
+
+import re
+from typing import Dict, NamedTuple, Optional, Tuple
+
+from slurmkit.errors import UsageError
+
+# Generic (AutoExecutor) name -> Slurm (SlurmExecutor) name.
+GENERIC = {"timeout_min": "time", "nodes": "nodes", "tasks_per_node": "ntasks_per_node",
+           "gpus_per_node": "gpus_per_node", "cpus_per_task": "cpus_per_task", "mem_gb": "mem",
+           "name": "job_name"}
+# Slurm names this translation takes (the SlurmExecutor's, AutoExecutor's with "slurm_").
+SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "job_name",
+         "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters")
+# slurmkit's own, the same in both.
+OWN = ("comm", "template", "image", "mounts", "env")
+ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive")
+_MEM_RE = re.compile(r"[1-9][0-9]{0,8}[KMGT]?", re.ASCII)
+
+
+class Request(NamedTuple):
+    """The job spec's fields (JobSpec keyword arguments but the command) and the partition."""
+
+    fields: Dict[str, object]
+    partition: Optional[str]
+
+
+def slurm_names(parameters: Dict[str, object], generic: bool) -> Dict[str, object]:
+    """``parameters`` under Slurm's names; an unknown name is refused with the ones there are."""
+    out: Dict[str, object] = {}
+    for key, value in parameters.items():
+        if key in OWN:
+            name = key
+        elif generic and key in GENERIC:
+            name = GENERIC[key]
+        elif generic and key.startswith("slurm_") and key[len("slurm_"):] in SLURM:
+            name = key[len("slurm_"):]
+        elif not generic and key in SLURM:
+            name = key
+        else:
+            known = sorted(list(GENERIC) + ["slurm_" + s for s in SLURM] if generic else SLURM) + sorted(OWN)
+            raise UsageError("unknown executor parameter %r (known: %s)" % (key, ", ".join(known)))
+        if name in out:
+            raise UsageError("executor parameter %r given twice (as %s too)" % (key, name))
+        out[name] = value
+    return out
+
+
+def _int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError("executor parameter %s=%r: give a whole number of at least %d" % (name, value, low))
+    return value
+
+
+def _text(name: str, value) -> str:
+    if not isinstance(value, str) or not value or any(c in value for c in "\n\r\0"):
+        raise UsageError("executor parameter %s=%r: give a non-empty string of one line" % (name, value))
+    return value
+
+
+def _minutes(value) -> str:
+    """submitit's ``timeout_min`` (minutes) as Slurm's time."""
+    minutes = _int("timeout_min", value)
+    return "%d:%02d:00" % divmod(minutes, 60)
+
+
+def _mem(value, generic: bool) -> str:
+    if generic:          # mem_gb: a number of GB
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise UsageError("executor parameter mem_gb=%r: give a positive number of GB" % (value,))
+        return "%dM" % max(1, round(value * 1024))
+    text = str(value)
+    if not _MEM_RE.fullmatch(text):
+        raise UsageError("executor parameter mem=%r: give a size such as 16G, 512M or 4096 (MB)" % (value,))
+    return text
+
+
+def request(parameters: Dict[str, object], generic: bool) -> Request:
+    """The job request of an executor's ``parameters`` (``generic``: AutoExecutor's vocabulary)."""
+    named = slurm_names(parameters, generic)
+    extra = named.pop("additional_parameters", None) or {}
+    if not isinstance(extra, dict):
+        raise UsageError("executor parameter additional_parameters: give a dict of sbatch options")
+    for key, value in extra.items():
+        if key not in ADDITIONAL:
+            raise UsageError("additional_parameters: %r is not passed to sbatch by slurmkit (it takes %s); an "
+                             "option of the job's shape has its own parameter" % (key, ", ".join(ADDITIONAL)))
+        if key in named:
+            raise UsageError("%s given both as a parameter and in additional_parameters" % key)
+        named[key] = value
+    fields: Dict[str, object] = {}
+    partition = _text("partition", named.pop("partition")) if "partition" in named else None
+    for key, value in named.items():
+        if key == "time":
+            fields["time"] = _minutes(value) if generic or isinstance(value, int) else _text("time", value)
+        elif key in ("nodes", "gpus_per_node", "cpus_per_task"):
+            fields[key] = _int(key, value, 0 if key == "gpus_per_node" else 1)
+        elif key == "ntasks_per_node":
+            fields["procs_per_node"] = _int(key, value)
+        elif key == "mem":
+            fields["mem"] = _mem(value, generic)
+        elif key == "job_name":
+            fields["name"] = _text(key, value)
+        elif key in ("account", "qos", "constraint", "nodelist", "comm", "template", "image"):
+            fields[key] = _text(key, value)
+        elif key == "exclude":
+            fields["exclude"] = tuple(_text(key, n) for n in (value.split(",") if isinstance(value, str) else value))
+        elif key == "exclusive":
+            fields["exclusive"] = bool(value)
+        elif key == "mounts":
+            fields["mounts"] = _strings(key, value)
+        elif key == "env":
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in value.items()):
+                raise UsageError("executor parameter env: give a dict of strings")
+            fields["env"] = dict(value)
+    return Request(fields, partition)
+
+
+def _strings(name: str, value) -> Tuple[str, ...]:
+    items = (value,) if isinstance(value, str) else tuple(value or ())
+    return tuple(_text(name, item) for item in items)

@@ -1,0 +1,155 @@
+"""The Python API's pure parts: submitit's parameters as a job request, and the call and its outcome
+as files, with the task-side bootstrap run in a real Python process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slurmkit.api import params, payload
+from slurmkit.errors import UsageError
+
+
+# ---------------------------------------------------------------------------
+# Parameters
+
+def test_auto_executor_names_become_the_job_spec():
+    got = params.request({"timeout_min": 90, "nodes": 2, "tasks_per_node": 4, "gpus_per_node": 8,
+                          "cpus_per_task": 10, "mem_gb": 1.5, "name": "train", "slurm_partition": "gpu",
+                          "slurm_additional_parameters": {"account": "proj", "exclusive": True},
+                          "comm": "heavy", "image": "pytorch"}, generic=True)
+    assert got.partition == "gpu"
+    assert got.fields == {"time": "1:30:00", "nodes": 2, "procs_per_node": 4, "gpus_per_node": 8, "cpus_per_task": 10,
+                          "mem": "1536M", "name": "train", "account": "proj", "exclusive": True, "comm": "heavy",
+                          "image": "pytorch"}
+
+
+def test_slurm_executor_names_and_slurms_own_time():
+    got = params.request({"partition": "cpu", "time": "2-00:00:00", "ntasks_per_node": 2, "mem": "16G",
+                          "job_name": "x", "exclude": "n1,n2"}, generic=False)
+    assert got.partition == "cpu" and got.fields == {"time": "2-00:00:00", "procs_per_node": 2, "mem": "16G",
+                                                     "name": "x", "exclude": ("n1", "n2")}
+    assert params.request({"time": 5}, generic=False).fields == {"time": "0:05:00"}
+
+
+@pytest.mark.parametrize("parameters,generic,says", [
+    ({"timeout": 5}, True, "unknown executor parameter 'timeout' (known: "),
+    ({"partition": "x"}, True, "unknown executor parameter 'partition'"),          # AutoExecutor: slurm_partition
+    ({"slurm_partition": "x"}, False, "unknown executor parameter 'slurm_partition'"),
+    ({"timeout_min": 5, "slurm_time": 6}, True, "given twice"),
+    ({"nodes": 0}, True, "nodes=0: give a whole number of at least 1"),
+    ({"nodes": True}, True, "nodes=True"),
+    ({"mem_gb": -1}, True, "mem_gb=-1: give a positive number of GB"),
+    ({"mem": "16G; rm -rf ~"}, False, "mem='16G; rm -rf ~': give a size such as 16G"),
+    ({"job_name": "a\nb"}, False, "give a non-empty string of one line"),
+    ({"additional_parameters": {"wrap": "rm -rf ~"}}, False, "'wrap' is not passed to sbatch by slurmkit"),
+    ({"additional_parameters": {"account": "a"}, "account": "b"}, False, "account given both"),
+    ({"env": {"A": 1}}, True, "env: give a dict of strings"),
+])
+def test_wrong_parameters_are_refused_by_name(parameters, generic, says):
+    with pytest.raises(UsageError) as err:
+        params.request(parameters, generic)
+    assert says in str(err.value)
+
+
+def test_a_hostile_value_that_is_a_fine_string_stays_one_value():
+    # A job name with shell syntax is a value: the renderer quotes it (its own tests); nothing here runs it.
+    assert params.request({"name": "$(touch /tmp/x); `id`"}, True).fields["name"] == "$(touch /tmp/x); `id`"
+
+
+# ---------------------------------------------------------------------------
+# The call, the bootstrap and the outcome
+
+def _run_bootstrap(tmp_path, call_text, env=None, python=sys.executable):
+    call = tmp_path / "call.txt"
+    call.write_text(call_text)
+    result = str(tmp_path / "out_%t_result.txt")
+    proc = subprocess.run([python, "-c", payload.BOOTSTRAP, str(call), result], capture_output=True, text=True,
+                          env=dict(os.environ, SLURM_PROCID="3", SLURMD_NODENAME="n9", **(env or {})), timeout=60)
+    path = tmp_path / "out_3_result.txt"
+    return proc, (payload.load_outcome(path.read_text()) if path.exists() else None)
+
+
+def test_a_call_returns_its_value_through_a_real_bootstrap(tmp_path):
+    def add(a, b, scale=1):
+        return {"sum": (a + b) * scale, "rank": os.environ["SLURM_PROCID"]}
+
+    proc, outcome = _run_bootstrap(tmp_path, payload.dump_call(add, (2, 3), {"scale": 10}))
+    assert proc.returncode == 0, proc.stderr
+    assert outcome.ok and outcome.value == {"sum": 50, "rank": "3"}
+    assert not list(tmp_path.glob("*.tmp.*"))          # written whole, then renamed
+
+
+def test_a_raised_exception_comes_back_with_the_nodes_traceback(tmp_path):
+    def fail(x):
+        raise KeyError("missing %s" % x)
+
+    proc, outcome = _run_bootstrap(tmp_path, payload.dump_call(fail, ("lr",), {}))
+    assert proc.returncode == 1 and "KeyError" in proc.stderr
+    assert not outcome.ok and outcome.type == "KeyError" and outcome.message == "'missing lr'"
+    assert ", in fail\n" in outcome.traceback and outcome.traceback.endswith("KeyError: 'missing lr'\n")
+    assert isinstance(outcome.exception, KeyError)
+
+
+def test_another_python_is_one_sentence_not_an_unpickling_traceback(tmp_path):
+    text = payload.dump_call(len, ([1],), {})
+    head, _, body = text.partition("\n")
+    proc, outcome = _run_bootstrap(tmp_path, json.dumps(dict(json.loads(head), python="2.7")) + "\n" + body)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert outcome.type == "PythonVersionError"
+    assert outcome.message.startswith("the call was pickled by Python 2.7 and %s on node n9 is Python %s"
+                                      % (sys.executable, payload.python_version()))
+
+
+def test_a_python_without_cloudpickle_says_what_to_install(tmp_path):
+    # The system's Python without cloudpickle where there is one; else a Python told to find none.
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "cloudpickle.py").write_text("raise ImportError('no cloudpickle here')\n")
+    proc, outcome = _run_bootstrap(tmp_path, payload.dump_call(len, ([1],), {}), env={"PYTHONPATH": str(blocker)})
+    assert proc.returncode == 1 and outcome.type == "ImportError"
+    assert "cloudpickle is not importable by %s on node n9: install it" % sys.executable in outcome.message
+
+
+def test_an_outcome_of_another_format_is_refused():
+    with pytest.raises(ValueError):
+        payload.load_outcome('{"format": 99, "outcome": "success"}\n\n')
+    with pytest.raises(ValueError):
+        payload.load_outcome("not json\n")
+
+
+# ---------------------------------------------------------------------------
+# Slurm's view of many jobs: one query per cluster per interval
+
+class _Session:
+    def __init__(self, backends):
+        self.backends = backends
+
+    def backend(self, name):
+        return self.backends[name]
+
+
+def test_many_jobs_on_a_cluster_cost_one_query_per_interval_and_a_finished_job_none():
+    from slurmkit.api.job import StateWatcher
+    from slurmkit.testing import FakeClock, FakeSlurm
+
+    clock = FakeClock()
+    alpha, beta = FakeSlurm("alpha", clock=clock), FakeSlurm("beta", clock=clock)
+    ids = [alpha.add_job("RUNNING") for _ in range(50)]
+    other = beta.add_job("PENDING")
+    watcher = StateWatcher(_Session({"alpha": alpha, "beta": beta}), interval=1.0, clock=clock)
+    for job_id in ids:
+        watcher.register("alpha", job_id)
+    assert [watcher.info("alpha", j).state for j in ids] == ["RUNNING"] * 50
+    assert watcher.info("beta", other).state == "PENDING"
+    assert alpha.methods_called() == ["jobs_by_id"] and beta.methods_called() == ["jobs_by_id"]
+    assert sorted(alpha.calls[0].args[0]) == sorted(ids)               # all fifty in the one query
+    alpha.set_state(ids[0], "COMPLETED", exit_code=0)
+    clock.sleep(1.0)
+    assert watcher.info("alpha", ids[0]).state == "COMPLETED" and len(alpha.calls) == 2
+    clock.sleep(1.0)
+    watcher.info("alpha", ids[1])
+    assert ids[0] not in alpha.calls[2].args[0] and len(alpha.calls[2].args[0]) == 49   # ended: never asked again
+    assert watcher.info("alpha", ids[0]).state == "COMPLETED" and len(alpha.calls) == 3
