@@ -94,6 +94,7 @@ class Request(NamedTuple):
     accelerator: str = "none"            # the partition's: nvidia, ascend, none
     rdma: bool = False                   # the partition's fabric is InfiniBand or RoCE
     workdir: bool = True                 # start in the job's working directory ($PWD, mounted at its path)
+    options: Tuple[str, ...] = ()        # the site's own options, right after the runtime's command
 
 
 class Wrapped(NamedTuple):
@@ -121,9 +122,9 @@ def _w(*parts: Part) -> Word:
     return tuple(parts)
 
 
-def _workdir_mount(request: Request) -> Tuple[Word, ...]:
-    """The job's working directory at its own path (``$PWD:$PWD``), where the runtime needs it said."""
-    return ((PWD, ":", PWD),) if request.workdir else ()
+def _site_options(request: Request) -> Tuple[Word, ...]:
+    """The site's own options (``containers.options``), each one literal word."""
+    return tuple(_w(option) for option in request.options)
 
 
 def oci(request: Request) -> Wrapped:
@@ -131,11 +132,11 @@ def oci(request: Request) -> Wrapped:
         raise RuntimeRefusal(
             "runtime oci (Slurm's --container) takes its mounts from the bundle's config.json, so %s cannot be "
             "added for the job: add it to the bundle, or leave --mount out" % request.mounts[0].spec())
-    return Wrapped(srun_options=(_w("--container=", request.image),))
+    return Wrapped(srun_options=(_w("--container=", request.image),) + _site_options(request))
 
 
 def charliecloud(request: Request) -> Wrapped:
-    prefix = [_w("ch-run")]
+    prefix = [_w("ch-run"), *_site_options(request)]
     targets = []
     for mount in request.mounts:
         if mount.readonly:
@@ -166,11 +167,11 @@ def pyxis(request: Request) -> Wrapped:
         options.append(word)
     if request.env:
         options.append(_w("--container-env=", ",".join(request.env)))
-    return Wrapped(srun_options=tuple(options), binary=PROGRAMS["pyxis"][0])
+    return Wrapped(srun_options=tuple(options) + _site_options(request), binary=PROGRAMS["pyxis"][0])
 
 
 def apptainer(request: Request) -> Wrapped:
-    prefix = [_w("apptainer"), _w("exec")]
+    prefix = [_w("apptainer"), _w("exec"), *_site_options(request)]
     if request.accelerator == "nvidia":
         prefix.append(_w("--nv"))
     for mount in request.mounts:
@@ -184,7 +185,7 @@ def apptainer(request: Request) -> Wrapped:
 
 
 def podman_hpc(request: Request) -> Wrapped:
-    prefix = [_w("podman-hpc"), _w("run"), _w("--rm"), _w("--net=host"), _w("--ipc=host"), _w("--env-host")]
+    prefix = [_w("podman-hpc"), _w("run"), *_site_options(request), _w("--rm"), _w("--net=host"), _w("--ipc=host"), _w("--env-host")]
     if request.accelerator == "nvidia":
         prefix.append(_w("--gpu"))
     if request.rdma:

@@ -846,7 +846,7 @@ def container_launch(cluster: Cluster, partition: Partition, spec: JobSpec, temp
     env += [name for name in settings.env if name not in env]
     request = runtimes.Request(image=location, mounts=tuple(mounts.values()), env=tuple(dict.fromkeys(env)),
                                accelerator=partition.accelerator,
-                               rdma=partition.fabric.type in ("infiniband", "roce"))
+                               rdma=partition.fabric.type in ("infiniband", "roce"), options=settings.options)
     try:
         wrapped = runtimes.wrap(settings.runtime, request)
     except runtimes.RuntimeRefusal as exc:

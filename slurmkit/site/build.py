@@ -80,7 +80,8 @@ def _build_containers(value, over=ContainerSettings()):
         runtime=value.get("runtime") or over.runtime,
         images=dict(over.images, **(value.get("images") or {})),
         mounts=tuple(value["mounts"]) if value.get("mounts") is not None else over.mounts,
-        env=tuple(value["env"]) if value.get("env") is not None else over.env)
+        env=tuple(value["env"]) if value.get("env") is not None else over.env,
+        options=tuple(value["options"]) if value.get("options") is not None else over.options)
 
 
 def _build_cluster(name, value, site_health=None):

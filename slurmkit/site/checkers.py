@@ -395,6 +395,13 @@ def check_container_mount(value):
     return None
 
 
+def check_runtime_option(value):
+    if not value.startswith("-") or value == "--":     # control characters: refused for every string
+        return ("%r is not an option of the runtime's command: one word starting with '-' (such as --userns), "
+                "not '--' and not a program or an image" % value)
+    return None
+
+
 def check_variable_name(value):
     from slurmkit import envnames
 

@@ -159,11 +159,12 @@ class ContainerSettings(NamedTuple):
     images: Dict[str, str] = {}          # image name -> where it is on the cluster (shared default: never mutated)
     mounts: Tuple[str, ...] = ()         # SRC[:DST[:ro]] every container job gets
     env: Tuple[str, ...] = ()            # more host variables that must win over the image's own
+    options: Tuple[str, ...] = ()        # the site's own options of the runtime's command (apptainer --userns)
 
     @classmethod
     def from_plain(cls, data):
         return cls(runtime=data["runtime"], images=dict(data["images"]), mounts=tuple(data["mounts"]),
-                   env=tuple(data["env"]))
+                   env=tuple(data["env"]), options=tuple(data.get("options") or ()))
 
 
 class Partition(NamedTuple):

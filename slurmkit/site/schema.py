@@ -59,7 +59,7 @@ from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, 
                                     check_health_skip, check_hours, check_ib_port, check_image_location,
                                     check_image_name, check_mount_path, check_name, check_non_empty,
                                     check_partition, check_port_range, check_price_windows, check_proxy_jump,
-                                    check_site, check_unique, check_variable_name)
+                                    check_runtime_option, check_site, check_unique, check_variable_name)
 from slurmkit.site.model import ACCELERATORS, FABRICS
 from slurmkit.times import TIME_FORMATS_TEXT
 
@@ -186,6 +186,10 @@ CONTAINERS = {
         "env": {"type": "list", "items": {"type": "str", "checker": check_variable_name},
                 "doc": "more variables of the host that must win over the image's own (slurmkit's fabric, "
                        "rendezvous, requeue and --env variables always do)"},
+        "options": {"type": "list", "items": {"type": "str", "checker": check_runtime_option},
+                    "doc": "the site's own options of the runtime's command, each one word starting with '-', "
+                           "put right after it (apptainer exec --userns, ch-run --write-fake; srun options for oci "
+                           "and pyxis)"},
     },
     "checker": check_containers,
 }

@@ -140,6 +140,22 @@ def test_oci_takes_its_mounts_from_the_bundle():
     assert _text(wrapped.srun_options) == "--container=/img/x" and wrapped.prefix == ()
 
 
+@pytest.mark.parametrize("runtime,starts", [
+    ("apptainer", "apptainer exec --userns '--x=$(y)' --nv"),
+    ("charliecloud", "ch-run --userns '--x=$(y)' --bind="),
+    ("podman-hpc", "podman-hpc run --userns '--x=$(y)' --rm"),
+])
+def test_the_sites_own_options_follow_the_runtimes_command_as_literal_words(runtime, starts):
+    request = REQUEST._replace(mounts=REQUEST.mounts[1:], options=("--userns", "--x=$(y)"))
+    assert _text(runtimes.wrap(runtime, request).prefix).startswith(starts)
+
+
+def test_the_sites_own_options_of_srun_runtimes_end_the_srun_options():
+    request = REQUEST._replace(mounts=(), options=("--container-remap-root",))
+    assert _text(runtimes.wrap("pyxis", request).srun_options).endswith(" --container-remap-root")
+    assert _text(runtimes.wrap("oci", request).srun_options) == "--container=/img/x --container-remap-root"
+
+
 def test_a_value_with_shell_syntax_stays_one_word():
     wrapped = runtimes.wrap("apptainer", runtimes.Request(image="/img/$(touch x)", workdir=False))
     assert _text(wrapped.prefix) == "apptainer exec '/img/$(touch x)'"
@@ -194,6 +210,9 @@ clusters:
     ("{runtime: pyxis, images: {a: '-rf'}}", "starts with '-'"),
     ("{runtime: pyxis, mounts: ['/a,/b']}", "contains ','"),
     ("{runtime: pyxis, env: ['1X']}", "is not a valid environment variable name"),
+    ("{runtime: apptainer, options: [userns]}", "is not an option of the runtime's command"),
+    ("{runtime: apptainer, options: ['--']}", "not '--'"),
+    ("{runtime: apptainer, options: [\"--a\\nb\"]}", "contains a control character"),
 ])
 def test_site_validate_refuses_bad_container_settings(tmp_path, containers, says):
     from slurmkit.site import validate_files
