@@ -141,7 +141,7 @@ test: image
 # release's pytest summary line.  See scripts/releases/test-releases.sh.
 TEST_RELEASES ?= 24.11 26.05 mixed
 .PHONY: test-releases
-test-releases: venv compile install-system
+test-releases: venv compile install-system image
 	bash scripts/releases/test-releases.sh $(TEST_RELEASES)
 
 # The large opt-in cluster of devcluster/scale.py (issue 13): N real slurmds

@@ -107,11 +107,25 @@ fi
 
 cwd=/
 case "$PWD/" in "$repo"/*) cwd=$PWD ;; esac
+if [ "$root" != / ]; then
+    # The root becomes this mount namespace's root (pivot_root), not a chroot: the kernel
+    # refuses a user namespace to a chrooted process, and container runtimes (ch-run,
+    # apptainer) make one, so a job in an image could not start under a chroot.  The host's
+    # file systems are then detached from the namespace: only the binds above are seen.
+    old=".in-root-old.$$"
+    mkdir "$root/$old"
+    cd "$root"
+    pivot_root . "$old"
+    cd /
+    umount -l "/$old"
+    rmdir "/$old"
+    root=/
+fi
 # The host's cache locations mean nothing inside: a root keeps its own (pyslurm
 # wheels built for its Slurm in its ~/.cache/slurmkit).
 run=(env -u VIRTUAL_ENV -u PYTHONPATH -u PYTHONHOME -u SLURMKIT_CACHE_DIR -u PYSLURM_CACHE -u XDG_CACHE_HOME HOME=/root
      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-     chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@")
+     /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@")
 if [ "$net" = 0 ]; then
     # Nothing to clean up afterwards: become the command (a daemon started
     # this way is then the process its caller waits for or watches).

@@ -10,7 +10,8 @@
 # The Debian mirror is the one this machine's apt uses (read from its
 # sources; MIRROR=URL overrides): nothing here names a host.  Packages: what
 # devcluster and the test suite need (Slurm, slurmdbd, MariaDB, munge,
-# OpenSSH, Python with venv, make) and, where a pyslurm source exists for the
+# OpenSSH, Python with venv, make, the container runtimes ch-run and runc,
+# Apptainer where the suite has it) and, where a pyslurm source exists for the
 # release, what building it needs (a C compiler, Python's and Slurm's headers).
 #
 # Inside the root, pip reaches what pip reaches here: this machine's extra CA
@@ -25,7 +26,10 @@ in_root="$here/devcluster/in-root.sh"
 say() { echo "mkroot[$suite]: $*"; }
 
 packages=(slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client iproute2
-          util-linux mawk procps python3 python3-venv make ca-certificates)
+          util-linux mawk procps python3 python3-venv make ca-certificates charliecloud-runtime runc)
+# Installed where the suite has them, skipped where it does not: Apptainer (in sid, not in
+# trixie or bookworm), for the container tests' real Apptainer runs.
+optional=(apptainer)
 # pyslurm is built where a source for the release exists (24.11: trixie).
 case "$suite" in
     trixie) packages+=(gcc libc6-dev python3-dev libslurm-dev) ;;
@@ -33,18 +37,18 @@ esac
 # MKROOT_PROFILE=image: a root to run jobs in as a container image (scripts/images/mkimage.sh):
 # no Slurm, only what a job's task needs (bash, coreutils, Python with venv).
 profile=${MKROOT_PROFILE:-release}
-[ "$profile" = image ] && packages=(python3 python3-venv ca-certificates procps)
+[ "$profile" = image ] && packages=(python3 python3-venv ca-certificates procps) && optional=()
 apt_opts=()
 if [ "$suite" = sid ] || [ "$suite" = unstable ]; then
     # unstable's Release file on the mirror may be past its Valid-Until date:
     # accepted for this root only.
     apt_opts+=(-o Acquire::Check-Valid-Until=false)
 fi
-stamp_text="suite=$suite packages=${packages[*]} v=2"
+stamp_text="suite=$suite packages=${packages[*]} optional=${optional[*]} v=2"
 [ "$profile" = release ] || stamp_text="$stamp_text profile=$profile"
 
 if [ -f "$dir/.mkroot-done" ] && [ "$(cat "$dir/.mkroot-done")" = "$stamp_text" ]; then
-    say "reusing $dir ($(cat "$dir/.slurm-version" 2>/dev/null))"
+    say "reusing $dir$([ -f "$dir/.slurm-version" ] && echo " (Slurm $(cat "$dir/.slurm-version"))")"
     exit 0
 fi
 [ "$(id -u)" = 0 ] || { say "must run as root (debootstrap, chroot)" >&2; exit 1; }
@@ -129,6 +133,12 @@ say "apt-get install ${packages[*]}"
 "$in_root" "$dir" -- env DEBIAN_FRONTEND=noninteractive sh -c '
     apt-get "$@" update -qq && apt-get "$@" install -y -qq --no-install-recommends '"${packages[*]}"' >/tmp/apt-install.log 2>&1 \
         || { tail -n 30 /tmp/apt-install.log; exit 1; }
+    for p in '"${optional[*]}"'; do
+        if apt-cache policy "$p" 2>/dev/null | grep -q "Candidate: [^(]"; then
+            apt-get "$@" install -y -qq --no-install-recommends "$p" >>/tmp/apt-install.log 2>&1 \
+                || { tail -n 30 /tmp/apt-install.log; exit 1; }
+        fi
+    done
     update-ca-certificates >/dev/null
     apt-get clean' sh "${apt_opts[@]}"
 say "packages installed in $(( $(date +%s) - t )) s"

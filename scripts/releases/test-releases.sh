@@ -42,8 +42,11 @@ run_suite() {
     t2=$(now)
     # Unit and integration tests as two pytest runs: the two folders share
     # module basenames (test_backend.py ...), which one run cannot import both of.
-    # SLURMKIT_TEST_RELEASE_ROOT: the suite runs in a release's root, whose private network cannot
-    # make the container tests' image (tests/integration/conftest.py skips them there, saying so).
+    # The container tests' image, handed in: the root's private network cannot make it, so the
+    # host's (`make image`, kept for the machine) is linked where the root's clusters keep images
+    # (its state directory is the repository's .devcluster inside).  SLURMKIT_TEST_RELEASE_ROOT: the
+    # suite runs in a release's root, where tests/integration/conftest.py takes this copy as it is.
+    hand_in_image "$dir/devcluster/images"
     in_release "$rel" env SLURMKIT_TEST_RELEASE_ROOT="$rel" bash -c '
         make --no-print-directory cluster-up || exit 1
         status=0
@@ -61,6 +64,18 @@ run_suite() {
     echo "$rel ($(cat "$(release_root "$rel")/.slurm-version" 2>/dev/null || echo host)): ${line:-no pytest summary (see $log)}  [root ${T_ROOT:-?} s, venv ${T_VENV:-?} s, suite $(( t3 - t2 )) s]" \
         | tee "$dir/summary"
     return "$status"
+}
+
+# The host's container image (scripts/images/mkimage.sh's default place) as hard links in DIR, made
+# anew each time (a second, no space): no job of a root can change the machine's copy, whose root is
+# mounted read-only.  Where the host has none, nothing: the container tests skip, saying so.
+RELEASES_IMAGE=${RELEASES_IMAGE:-$SLURMKIT_CACHE_DIR/images/debian-12}
+hand_in_image() {
+    local to=$1/$(basename "$RELEASES_IMAGE")
+    rm -rf "$to"
+    [ -f "$RELEASES_IMAGE/.bundle-done" ] || return 0
+    mkdir -p "$1"
+    cp -al "$RELEASES_IMAGE" "$to" 2>/dev/null || { rm -rf "$to"; cp -a "$RELEASES_IMAGE" "$to"; }
 }
 
 # 1. Roots and venvs, one release after the other (pip and apt use this machine's network).

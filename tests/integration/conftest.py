@@ -434,15 +434,19 @@ IMAGE_PYTHON = "/opt/slurmkit-image/venv/bin/python"
 HAS_CH_RUN = shutil.which("ch-run") is not None
 needs_ch_run = pytest.mark.skipif(not HAS_CH_RUN, reason="Charliecloud's ch-run is not installed here "
                                                        "(make install-system)")
-# In a release's root (make test-releases) no job runs in the image yet: the root's private network
-# cannot make it, and the host's copy is not handed in.
+# In a release's root (make test-releases) the root's private network cannot make the image: the
+# suite takes the host's, handed in by scripts/releases/test-releases.sh where the root's clusters keep
+# their images, and skips the container jobs where none was.
 IN_RELEASE_ROOT = os.environ.get("SLURMKIT_TEST_RELEASE_ROOT")
-CAN_RUN_IMAGES = HAS_CH_RUN and not IN_RELEASE_ROOT
+IMAGE_COPY = REPO / ".devcluster" / "images" / IMAGE     # where site_configs/local.yaml names it
+HANDED_IN = not IN_RELEASE_ROOT or (IMAGE_COPY / ".bundle-done").is_file()
+CAN_RUN_IMAGES = HAS_CH_RUN and HANDED_IN
 needs_image = pytest.mark.skipif(
     not CAN_RUN_IMAGES,
-    reason="the container jobs run on the host's Slurm: %s" % (
-        "in the root of Slurm %s there is no copy of the image (its private network cannot make one)"
-        % IN_RELEASE_ROOT if IN_RELEASE_ROOT else "Charliecloud's ch-run is not installed here (make install-system)"))
+    reason="the container jobs need %s" % (
+        "Charliecloud's ch-run (make install-system)" if not HAS_CH_RUN else
+        "the host's image, which test-releases hands into the root of Slurm %s (make image there first)"
+        % IN_RELEASE_ROOT))
 
 
 @pytest.fixture(scope="session")
@@ -450,10 +454,12 @@ def container_image(devcluster):
     """The test image's bundle (made once for the machine), copied where local.yaml says the clusters keep
     it: as hard links (a second of work, no space), since runc refuses a rootfs reached through a symbolic
     link; the bundle's root is mounted read-only, so no job changes the machine's copy."""
+    assert not os.path.exists(IMAGE_PYTHON), "this machine must not have the image's Python for the proof to hold"
+    copy = IMAGE_COPY
+    if IN_RELEASE_ROOT:               # handed in as it is (test-releases made it afresh)
+        return _with_mount_point(copy)
     made = subprocess.run(["make", "--no-print-directory", "-s", "image"], cwd=REPO, check=True,
                           capture_output=True, text=True, timeout=900).stdout.strip().splitlines()[-1]
-    assert not os.path.exists(IMAGE_PYTHON), "this machine must not have the image's Python for the proof to hold"
-    copy = REPO / ".devcluster" / "images" / IMAGE
     stamp = "%s %s" % (made, (Path(made) / ".bundle-done").read_text().strip())
     if not (copy / ".copied-from").is_file() or (copy / ".copied-from").read_text() != stamp:
         if copy.is_symlink():
@@ -464,11 +470,15 @@ def container_image(devcluster):
             shutil.rmtree(copy, ignore_errors=True)       # another file system: a real copy
             subprocess.run(["cp", "-a", made, str(copy)], check=True)
         (copy / ".copied-from").write_text(stamp)
-    # The clusters' copy has a mount point at the clone's path, as a site's image has its file systems'
-    # (/home, /scratch): ch-run binds only onto a directory the image has, and the tests mount the clone
-    # (the training program and slurmkit's checkpoint helper) at its own path.  A new directory of the
-    # copy (cp -al links files, not directories): the machine's image stays as made, whatever the path
-    # of the clone that made it.
+    return _with_mount_point(copy)
+
+
+def _with_mount_point(copy: Path) -> str:
+    """The clusters' copy with a mount point at the clone's path, as a site's image has its file systems'
+    (/home, /scratch): ch-run binds only onto a directory the image has, and the tests mount the clone
+    (the training program and slurmkit's checkpoint helper) at its own path.  A new directory of the
+    copy (cp -al links files, not directories): the machine's image stays as made, whatever the path
+    of the clone that made it."""
     (copy / "rootfs" / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
     return str(copy)
 

@@ -49,10 +49,8 @@ PROBE = ("import os, sys; print('rank', os.environ['SLURM_PROCID'], sys.prefix, 
          "os.getcwd())")
 
 
-def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(image, tmp_path):
-    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", "debian-12", "-e", "RUN_LABEL=it's $(x)",
-                           "--", IMAGE_PYTHON, "-c", PROBE)
-    assert job["image"].endswith("/.devcluster/images/debian-12/rootfs") and job["runtime"] == "charliecloud"
+def check_probe(text, label, cwd):
+    """Both tasks of a 2-node PROBE job ran in the image and saw what slurmkit rendered on the host."""
     lines = sorted(line.split(" ", 6) for line in text.splitlines() if line.startswith("rank "))
     assert [line[1] for line in lines] == ["0", "1"], text
     for line in lines:
@@ -61,7 +59,14 @@ def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(ima
         # What slurmkit rendered on the host reached the program inside: the rendezvous, the
         # fabric's gloo interface, --env literally, and the working directory at its own path.
         assert line[4].startswith("127.0.1.") and line[5] == "lo", text
-        assert line[6] == "it's $(x) %s" % tmp_path, text
+        assert line[6] == "%s %s" % (label, cwd), text
+
+
+def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(image, tmp_path):
+    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", "debian-12", "-e", "RUN_LABEL=it's $(x)",
+                           "--", IMAGE_PYTHON, "-c", PROBE)
+    assert job["image"].endswith("/.devcluster/images/debian-12/rootfs") and job["runtime"] == "charliecloud"
+    check_probe(text, "it's $(x)", tmp_path)
 
 
 @pytest.mark.slow
@@ -169,12 +174,14 @@ def test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_on
     assert job_info("beta", job["job_id"])["JobState"] == "FAILED"
 
 
-def alpha_with_runtime(tmp_path, runtime, bundle=False):
-    """local.yaml with alpha's runtime replaced (and its image the bundle rather than its rootfs), as a file."""
+def alpha_with_runtime(tmp_path, runtime, bundle=False, options=()):
+    """local.yaml with alpha's runtime replaced (and its image the bundle rather than its rootfs, the
+    runtime given the site's ``options``), as a file."""
     text = Path(SITE).read_text().replace("../.devcluster", str(ROOT / ".devcluster"))
     marker = "    containers:\n      runtime: charliecloud\n"
     assert marker in text
-    text = text.replace(marker, "    containers:\n      runtime: %s\n" % runtime, 1)
+    text = text.replace(marker, "    containers:\n      runtime: %s\n      options: %s\n"
+                        % (runtime, json.dumps(list(options))), 1)
     if bundle:
         text = text.replace("debian-12: %s/rootfs" % (ROOT / ".devcluster" / "images" / IMAGE),
                             "debian-12: %s" % (ROOT / ".devcluster" / "images" / IMAGE), 1)
@@ -196,11 +203,25 @@ def test_the_command_lines_of_apptainer_and_podman_hpc_run_a_two_node_job_throug
                            "os.environ['SLURM_JOB_ID']))",
                            site=alpha_with_runtime(tmp_path, runtime))
     assert job["runtime"] == runtime
-    lines = sorted(line.split(" ", 6) for line in text.splitlines() if line.startswith("rank "))
-    assert [line[1] for line in lines] == ["0", "1"], text
-    for line in lines:
-        assert line[2] == "/opt/slurmkit-image/venv" and line[4].startswith("127.0.1.") and line[5] == "lo", text
-        assert line[6] == "%s run %s" % (runtime, tmp_path), text
+    check_probe(text, "%s run" % runtime, tmp_path)
+    assert text.count("extra True") == 2, text
+
+
+@pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian release (the "
+                    "root of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
+def test_apptainer_runs_a_two_node_job_in_the_image_for_real(image, tmp_path):
+    # The real Apptainer (sid's package) on the image's root as a sandbox directory: what slurmkit renders
+    # for it (--bind, --pwd, --env NAME=$NAME) reaches both tasks, in the host's network.  The site's own
+    # option --userns (containers.options): as root Apptainer asks for every capability, and this
+    # machine's bounding set lacks CAP_SYS_RESOURCE; in a user namespace it starts, as it does for the
+    # unprivileged users of most sites.
+    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", IMAGE, "-e", "RUN_LABEL=apptainer run",
+                           "--mount", "%s:/mnt" % tmp_path, "--", IMAGE_PYTHON, "-c",
+                           PROBE + "; import os; print('extra', os.path.exists('/mnt/job-%s.out' % "
+                           "os.environ['SLURM_JOB_ID']))",
+                           site=alpha_with_runtime(tmp_path, "apptainer", options=["--userns"]), timeout=180)
+    assert job["runtime"] == "apptainer"
+    check_probe(text, "apptainer run", tmp_path)
     assert text.count("extra True") == 2, text
 
 
@@ -218,13 +239,19 @@ def test_a_container_job_slurm_runs_on_the_host_stops_with_one_line(image, tmp_p
 def test_a_bundle_in_a_network_namespace_of_its_own_stops_with_one_line(image, tmp_path):
     # The same image, its config.json with the network namespace `runc spec` gives (only a loopback of its
     # own): a multi-node rendezvous could never reach it, and the job says so.
-    bundle = tmp_path / "private-net"
+    # The bundle beside the image: hard links need one file system, and in a release's root /tmp is
+    # another one.  Removed at the end.
+    bundle = Path(image).parent / ("private-net-%d" % os.getpid())
+    shutil.rmtree(bundle, ignore_errors=True)
     bundle.mkdir()
-    subprocess.run(["cp", "-al", str(Path(image) / "rootfs"), str(bundle / "rootfs")], check=True)
-    config = json.loads((Path(image) / "config.json").read_text())
-    config["linux"]["namespaces"].append({"type": "network"})
-    (bundle / "config.json").write_text(json.dumps(config))
-    job, text = run_to_end(tmp_path, "-T", "single", "--image", str(bundle), "--", "echo", "ran",
-                           cluster="beta", partition="gpu")
+    try:
+        subprocess.run(["cp", "-al", str(Path(image) / "rootfs"), str(bundle / "rootfs")], check=True)
+        config = json.loads((Path(image) / "config.json").read_text())
+        config["linux"]["namespaces"].append({"type": "network"})
+        (bundle / "config.json").write_text(json.dumps(config))
+        job, text = run_to_end(tmp_path, "-T", "single", "--image", str(bundle), "--", "echo", "ran",
+                               cluster="beta", partition="gpu")
+    finally:
+        shutil.rmtree(bundle, ignore_errors=True)
     assert "runs in a network namespace of its own" in text, text
     assert "ran" not in text.split() and job_info("beta", job["job_id"])["JobState"] == "FAILED"
