@@ -17,13 +17,14 @@ What a submission does, in order:
 The library layer is the CLI's: nothing here imports click or ``slurmkit.cli``.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from slurmkit.api import params
 from slurmkit.api.job import Job, StateWatcher, cluster_paths
@@ -80,10 +81,14 @@ class Executor:
         self.cluster_folder = cluster_folder
         self.parameters: Dict[str, object] = {}
         self._places: Dict[str, ClusterPlace] = {}
+        self._limits: Dict[str, object] = {}
+        self._batch: Optional[list] = None       # inside batch(): the calls waiting for its end
         self._watcher = StateWatcher(self.session)
 
     def update_parameters(self, **kwargs) -> None:
         """Add or replace parameters (submitit's names); a wrong name or value is refused now."""
+        if self._batch is not None:
+            raise UsageError("update_parameters inside batch(): every job of a batch has the same parameters")
         merged = dict(self.parameters, **kwargs)
         params.request(merged, self.generic)
         self.parameters = merged
@@ -171,9 +176,51 @@ class Executor:
     # -- submitting ---------------------------------------------------------------------------------
 
     def submit(self, fn, *args, **kwargs) -> Job:
-        """Run ``fn(*args, **kwargs)`` as a job (once per task); returns its :class:`Job`."""
-        from slurmkit import jobs
-        from slurmkit.api import payload
+        """Run ``fn(*args, **kwargs)`` as a job (once per task); returns its :class:`Job` (inside
+        :meth:`batch`, a :class:`BatchedJob` that becomes one when the batch is submitted)."""
+        if self._batch is not None:
+            if not callable(fn):
+                raise UsageError("submit: %r is not callable" % (fn,))
+            placeholder = BatchedJob()
+            self._batch.append((fn, args, kwargs, placeholder))
+            return placeholder
+        return self._submit(fn, [(args, kwargs)], array=False)[0]
+
+    def map_array(self, fn, *iterables) -> List[Job]:
+        """``fn`` over the zipped ``iterables`` as Slurm job arrays, one array task per call, cut into
+        arrays the cluster takes (its MaxArraySize and max_array_tasks, as a sweep is); a Job each, in
+        order (``alpha:4012_7``)."""
+        if self._batch is not None:
+            raise UsageError("map_array inside batch(): submit each call with submit(), or map outside the batch")
+        calls = [(args, {}) for args in zip(*iterables)]
+        return self._submit(fn, calls, array=True) if calls else []
+
+    @contextlib.contextmanager
+    def batch(self):
+        """submitit's ``with executor.batch():``: the calls submitted inside go as job arrays when the
+        block ends (one array task each, in the arrays the cluster takes), and nothing is submitted if
+        it raises.  Their jobs are usable after the block."""
+        if self._batch is not None:
+            raise UsageError("batch() blocks cannot be nested")
+        self._batch = []
+        try:
+            yield self
+        except BaseException:
+            self._batch = None           # nothing was submitted
+            raise
+        pending, self._batch = self._batch, None
+        if not pending:
+            return
+        # One function for the array (defined here, so cloudpickle carries it by value: the nodes need
+        # no slurmkit), each task's own function its first argument.
+        apply = lambda fn, *args, **kwargs: fn(*args, **kwargs)  # noqa: E731
+        apply.__name__ = getattr(pending[0][0], "__name__", "batch")
+        jobs = self._submit(apply, [((fn,) + tuple(args), kwargs) for fn, args, kwargs, _ in pending], array=True)
+        for (_, _, _, placeholder), job in zip(pending, jobs):
+            placeholder._job = job
+
+    def _shape(self, fn):
+        """(the job's shape as a JobSpec with a stand-in command, its partition, tasks per call)."""
         from slurmkit.script.render import JobSpec
 
         if not callable(fn):
@@ -191,28 +238,55 @@ class Executor:
                              % (nodes * tasks_per_node))
         fields.setdefault("name", getattr(fn, "__name__", "call")[:64] or "call")
         fields.setdefault("gpus_per_node", 0)
-        token = jobs.new_token()
-        shape = JobSpec(command=("true",), template=template, procs_per_node=tasks_per_node if template == "srun"
-                        else None, token=token, **fields)
-        cluster, partition = self._choose(shape, request.partition)
+        shape = JobSpec(command=("true",), template=template,
+                        procs_per_node=tasks_per_node if template == "srun" else None, **fields)
+        return shape, request.partition, nodes * tasks_per_node
+
+    def _submit(self, fn, calls, array: bool) -> List[Job]:
+        from slurmkit import jobs
+        from slurmkit.api import payload
+
+        shape, partition, tasks = self._shape(fn)
+        cluster, partition = self._choose(shape._replace(token=jobs.new_token()), partition)
         place = self._place(cluster)
-        files = cluster_paths(place.folder, token)
-        spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"]),
-                              output=files["log"])
-        text = payload.dump_call(fn, args, kwargs)
+        sizes = [1]
+        if array:
+            from slurmkit.sweep import arrays
+
+            sizes = arrays.chunks(len(calls), self._array_limits(cluster))
         store = self.session.files(cluster)
-        store.write(files["call"], text)
-        try:
-            submission = jobs.submit(self.session, spec, cluster, partition)
-        except BaseException:
-            store.remove([files["call"]])     # nothing queued: nothing left behind
-            raise
-        record = {"cluster": submission.ref.cluster, "slurm_id": submission.ref.job_id, "token": token,
-                  "tasks": nodes * tasks_per_node, "folder": str(self.folder), "cluster_folder": place.folder,
-                  "files": files, "site": self.session.site.path}
-        job = Job(record, self.session, self._watcher)
-        job.save()
-        return job
+        made: List[Job] = []
+        start = 0
+        for size in sizes:
+            token = jobs.new_token()
+            files = cluster_paths(place.folder, token, array=array)
+            spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"]),
+                                  output=files["log"], token=token, array="0-%d" % (size - 1) if array else None)
+            store.write(files["call"], payload.dump_calls(fn, calls[start:start + size], array=array))
+            try:
+                submission = jobs.submit(self.session, spec, cluster, partition)
+            except BaseException:
+                store.remove([files["call"]])     # nothing queued from this file: nothing left behind
+                raise
+            base = {"cluster": submission.ref.cluster, "token": token, "tasks": tasks, "folder": str(self.folder),
+                    "cluster_folder": place.folder, "site": self.session.site.path}
+            for index in range(size) if array else [None]:
+                record = dict(base, slurm_id=submission.ref.job_id if index is None
+                              else "%s_%d" % (submission.ref.job_id, index),
+                              files={k: v.replace("%a", str(index)) for k, v in files.items()})
+                job = Job(record, self.session, self._watcher)
+                job.save()
+                made.append(job)
+            start += size
+        return made
+
+    def _array_limits(self, cluster: str):
+        """The cluster's array limits, from one ``scontrol show config`` per executor."""
+        if cluster not in self._limits:
+            from slurmkit.sweep import arrays
+
+            self._limits[cluster] = arrays.limits_from_config(self.session.backend(cluster).config(), cluster)
+        return self._limits[cluster]
 
     def close(self) -> None:
         self.session.close()
@@ -222,6 +296,22 @@ class Executor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class BatchedJob:
+    """A call submitted inside :meth:`Executor.batch`: the :class:`Job` it becomes at the block's end."""
+
+    def __init__(self):
+        self._job: Optional[Job] = None
+
+    def __getattr__(self, name):
+        job = self.__dict__.get("_job")
+        if job is None:
+            raise UsageError("this job is submitted when its batch() block ends: use it after the block")
+        return getattr(job, name)
+
+    def __repr__(self):
+        return repr(self._job) if self._job is not None else "Job<not submitted yet: in a batch>"
 
 
 class AutoExecutor(Executor):

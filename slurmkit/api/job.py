@@ -38,47 +38,94 @@ class JobPaths(NamedTuple):
         return self.result_pickle.replace("_0_result", "_%d_result" % task)
 
 
-def cluster_paths(cluster_folder: str, token: str) -> Dict[str, str]:
-    """The job's files in its cluster folder, named by its token (known before sbatch gives an id)."""
+def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:
+    """The job's files in its cluster folder, named by its token (known before sbatch gives an id);
+    an array's calls are one file, its outcomes and logs one per task (``%a``: the task's index)."""
     base = "%s/%s" % (cluster_folder.rstrip("/") or "/", token)
-    return {"call": base + "_call.txt", "result": base + "_%t_result.txt", "log": base + "_log.out"}
+    each = base + ("_%a" if array else "")
+    return {"call": base + "_call.txt", "result": each + "_%t_result.txt", "log": each + "_log.out"}
+
+
+class Seen(NamedTuple):
+    """What Slurm says of a job or an array task: its state, and whether it has ended."""
+
+    state: str
+    finished: bool
+
+
+def _seen(info) -> Seen:
+    from slurmkit.slurm.types import FINISHED_STATES
+
+    return Seen(info.state, info.state in FINISHED_STATES)
 
 
 class StateWatcher:
-    """Slurm's view of a process's jobs: one ``jobs_by_id`` per cluster for all of them, at most
-    once per ``interval`` seconds; a finished job is remembered and never asked about again."""
+    """Slurm's view of a process's jobs: per cluster one ``jobs_by_id`` for all of them and one
+    ``array_tasks`` for all of their arrays, at most once per ``interval`` seconds; a job that has
+    ended (an array whose tasks all have) is remembered and never asked about again."""
 
     def __init__(self, session, interval: float = 1.0, clock=time):
         self.session = session
         self.interval = interval
         self.clock = clock
         self._lock = threading.Lock()
-        self._pending: Dict[str, set] = {}
-        self._info: Dict[tuple, object] = {}
+        self._pending: Dict[str, set] = {}          # cluster -> plain job ids
+        self._arrays: Dict[str, Dict[str, set]] = {}  # cluster -> array id -> task indices asked about
+        self._seen: Dict[tuple, Seen] = {}          # (cluster, "ID" or "ARRAY_INDEX") -> Seen
         self._asked: Dict[str, float] = {}
 
     def register(self, cluster: str, job_id: str) -> None:
         with self._lock:
+            self._add(cluster, job_id)
+
+    def _add(self, cluster: str, job_id: str) -> None:
+        array, sep, index = job_id.partition("_")
+        if sep:
+            self._arrays.setdefault(cluster, {}).setdefault(array, set()).add(int(index))
+        else:
             self._pending.setdefault(cluster, set()).add(job_id)
 
-    def info(self, cluster: str, job_id: str, force: bool = False):
-        """The job's JobInfo (None while Slurm does not know it)."""
+    def info(self, cluster: str, job_id: str, force: bool = False) -> Optional[Seen]:
+        """The job's :class:`Seen` (None while Slurm does not know it)."""
         with self._lock:
-            known = self._info.get((cluster, job_id))
+            known = self._seen.get((cluster, job_id))
             if known is not None and known.finished:
                 return known
-            self._pending.setdefault(cluster, set()).add(job_id)
+            self._add(cluster, job_id)
             now = self.clock.monotonic()
             if force or now - self._asked.get(cluster, -1e9) >= self.interval:
-                ids = sorted(self._pending[cluster])
-                found = self.session.backend(cluster).jobs_by_id(ids)
+                self._refresh(cluster)
                 self._asked[cluster] = now
-                for jid in ids:
-                    if jid in found:
-                        self._info[(cluster, jid)] = found[jid]
-                        if found[jid].finished:
-                            self._pending[cluster].discard(jid)
-            return self._info.get((cluster, job_id))
+            return self._seen.get((cluster, job_id))
+
+    def _refresh(self, cluster: str) -> None:
+        backend = self.session.backend(cluster)
+        ids = sorted(self._pending.get(cluster, ()))
+        if ids:
+            for jid, info in backend.jobs_by_id(ids).items():
+                self._seen[(cluster, jid)] = _seen(info)
+                if self._seen[(cluster, jid)].finished:
+                    self._pending[cluster].discard(jid)
+        arrays = self._arrays.get(cluster, {})
+        if not arrays:
+            return
+        answer = backend.array_tasks(sorted(arrays))
+        listed = set()
+        for task in answer.tasks:
+            if task.array_job_id in arrays:
+                listed.add(task.array_job_id)
+                self._seen[(cluster, "%s_%d" % (task.array_job_id, task.index))] = _seen(task)
+        for array, ended in answer.unstarted.items():     # tasks that ended inside the array's record
+            for index in arrays.get(array, ()):
+                self._seen.setdefault((cluster, "%s_%d" % (array, index)), _seen(ended))
+        forgotten = [a for a in arrays if a not in listed and a not in answer.unstarted]
+        if forgotten and backend.has_accounting():
+            for task in backend.array_tasks_accounting(forgotten):
+                self._seen[(cluster, "%s_%d" % (task.array_job_id, task.index))] = _seen(task)
+        for array in list(arrays):
+            if all(self._seen.get((cluster, "%s_%d" % (array, i)), Seen("", False)).finished
+                   for i in arrays[array]):
+                del arrays[array]
 
 
 class Job:

@@ -1,6 +1,8 @@
-"""What travels between the submitting process and a job: the call, and its outcome.
+"""What travels between the submitting process and a job: the calls, and their outcomes.
 
-Both are text files: one JSON header line, then the base64 of a cloudpickle.  Text, so
+Both are text files: one JSON header line, then base64 lines of cloudpickles.  A calls file
+holds the function once and one line of arguments per call: line ``i`` is the call of array
+task ``i`` (``map_array``: one file for a whole array), the only line for ``submit``.  Text, so
 that they go over the connection a cluster already has (:class:`slurmkit.clusterfiles.
 ClusterFiles` writes and reads text) and no shared filesystem is assumed.  The call's
 header says which Python and which cloudpickle pickled it; the outcome's says whether
@@ -20,11 +22,13 @@ from typing import NamedTuple, Optional
 
 FORMAT = 1
 
-# The task side.  argv: the call's file, the outcome's file (%t: the task's rank).  Kept free of
-# slurmkit imports: the nodes' Python need not have slurmkit.
+# The task side.  argv: the calls file, the outcome's file (%t: the task's rank, %a: the array task's
+# index).  Kept free of slurmkit imports: the nodes' Python need not have slurmkit.
 BOOTSTRAP = r'''
 import base64, json, os, socket, sys, traceback
-call_path, result_path = sys.argv[1], sys.argv[2].replace("%t", os.environ.get("SLURM_PROCID", "0"))
+index = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
+call_path = sys.argv[1]
+result_path = sys.argv[2].replace("%t", os.environ.get("SLURM_PROCID", "0")).replace("%a", index)
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 def write(head, body=b""):
     head["format"] = 1
@@ -42,15 +46,16 @@ except ImportError:
     refuse("ImportError", "cloudpickle is not importable by %s on node %s: install it into that Python "
            "(pip install cloudpickle), or name another with the executor's python=" % (sys.executable, node))
 with open(call_path) as f:
-    head, _, data = f.read().partition("\n")
-head = json.loads(head)
+    lines = f.read().split("\n")
+head = json.loads(lines[0])
 here = "%d.%d" % sys.version_info[:2]
 if head["python"] != here:
     refuse("PythonVersionError", "the call was pickled by Python %s and %s on node %s is Python %s: name a "
            "Python %s for the cluster (the executor's python=, or the site's api_python)"
            % (head["python"], sys.executable, node, here, head["python"]))
 try:
-    fn, args, kwargs = cloudpickle.loads(base64.b64decode(data))
+    fn = cloudpickle.loads(base64.b64decode(lines[1]))
+    args, kwargs = cloudpickle.loads(base64.b64decode(lines[2 + (int(index) if head.get("array") else 0)]))
 except Exception as exc:
     refuse(type(exc).__name__, "the call could not be unpickled by %s on node %s: %s: %s (a module the "
            "function needs is not importable there?)" % (sys.executable, node, type(exc).__name__, exc))
@@ -85,13 +90,24 @@ def python_version() -> str:
     return "%d.%d" % sys.version_info[:2]
 
 
-def dump_call(fn, args, kwargs) -> str:
-    """The call as the text of its file (what :data:`BOOTSTRAP` reads)."""
+def dump_calls(fn, calls, array: bool = False) -> str:
+    """The text of a calls file (what :data:`BOOTSTRAP` reads): ``fn`` once, then each call's
+    ``(args, kwargs)``; ``array``: array task ``i`` runs call ``i``, else the one call runs."""
     import cloudpickle
 
-    head = {"format": FORMAT, "python": python_version(), "cloudpickle": cloudpickle.__version__}
-    body = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
-    return json.dumps(head) + "\n" + base64.b64encode(body).decode("ascii") + "\n"
+    calls = [(tuple(args), dict(kwargs)) for args, kwargs in calls]
+    if not array and len(calls) != 1:
+        raise ValueError("a calls file of a job that is no array holds one call")
+    head = {"format": FORMAT, "python": python_version(), "cloudpickle": cloudpickle.__version__,
+            "array": bool(array), "calls": len(calls)}
+    lines = [json.dumps(head), base64.b64encode(cloudpickle.dumps(fn)).decode("ascii")]
+    lines += [base64.b64encode(cloudpickle.dumps(call)).decode("ascii") for call in calls]
+    return "\n".join(lines) + "\n"
+
+
+def dump_call(fn, args, kwargs) -> str:
+    """The calls file of one call."""
+    return dump_calls(fn, [(args, kwargs)])
 
 
 def load_outcome(text: str) -> Outcome:

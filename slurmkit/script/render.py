@@ -137,6 +137,7 @@ class JobSpec(NamedTuple):
     image: Optional[str] = None
     mounts: Tuple[str, ...] = ()
     mem: Optional[str] = None                # sbatch --mem: memory per node (16G, 512M); None: Slurm's default
+    array: Optional[str] = None              # sbatch --array: the Python API's map_array ("0-49")
 
 
 class ContainerLaunch(NamedTuple):
@@ -473,6 +474,10 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     if spec.mem:
         opts.append(("--mem", spec.mem))
     opts.append(("--time", time))
+    if spec.array:
+        if not re.fullmatch(r"[0-9]+(-[0-9]+)?", spec.array, re.ASCII):
+            raise UsageError("array %r: give FIRST-LAST, such as 0-49" % spec.array)
+        opts.append(("--array", spec.array))
     if switches is not None:
         opts.append(("--switches", "%d@%s" % (switches, wait or site.switch_wait(cluster))))
     if constraint:

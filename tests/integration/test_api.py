@@ -7,6 +7,7 @@ directories, so that nothing can pass through a shared filesystem unseen.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,49 @@ def test_cluster_auto_places_the_call_where_it_starts_soonest(executor, tmp_path
     job = ex.submit(int, "42")
     assert job.result() == 42 and job.cluster in ("alpha", "beta", "gamma")
     ex.close()
+
+
+def test_map_array_of_100_on_gamma_runs_every_point_once_in_arrays_it_takes(tmp_path):
+    # gamma takes arrays of indices below 50 (MaxArraySize) and of at most 20 tasks (max_array_tasks):
+    # the 100 calls go as five arrays of 20, indices 0-19 each.
+    config = slurm("gamma", "scontrol", "show", "config").stdout
+    assert re.search(r"MaxArraySize\s*=\s*50\b", config) and "max_array_tasks=20" in config, config
+    ledger = tmp_path / "ledger"
+    with slurmkit.AutoExecutor(tmp_path / "jobs", cluster="gamma", site=SITE) as ex:
+        ex.update_parameters(timeout_min=5)
+
+        def square(x):
+            with open(str(ledger), "a") as f:      # one line per run: a point run twice shows twice
+                f.write("%d\n" % x)
+            return x * x, os.environ["SLURM_ARRAY_JOB_ID"], int(os.environ["SLURM_ARRAY_TASK_ID"])
+
+        jobs = ex.map_array(square, range(100))
+        assert len(jobs) == 100 and all(j.job_id.startswith("gamma:") for j in jobs)
+        results = [j.result() for j in jobs]
+    assert [r[0] for r in results] == [x * x for x in range(100)]
+    arrays = sorted({r[1] for r in results}, key=int)
+    assert len(arrays) == 5 and [j.job_id for j in jobs[:2]] == ["gamma:%s_0" % arrays[0], "gamma:%s_1" % arrays[0]]
+    assert [(r[1], r[2]) for r in results] == [(a, i) for a in arrays for i in range(20)]
+    assert sorted(int(x) for x in ledger.read_text().split()) == list(range(100))
+    assert all(j.state == "COMPLETED" for j in jobs)
+
+
+def test_a_batch_submits_its_calls_as_one_array_when_the_block_ends(executor):
+    def add(a, b):
+        return a + b
+
+    with executor.batch():
+        first = executor.submit(add, 1, 2)
+        second = executor.submit(pow, 3, 4)
+        with pytest.raises(UsageError, match="submitted when its batch"):
+            first.job_id
+    assert first.result() == 3 and second.result() == 81
+    array = first.job_id.rsplit("_", 1)[0]
+    assert (first.job_id, second.job_id) == (array + "_0", array + "_1")
+    # A block that raises submits nothing.
+    before = slurm("alpha", "squeue", "-h", "-o", "%i").stdout.split()
+    with pytest.raises(KeyError):
+        with executor.batch():
+            executor.submit(add, 1, 1)
+            raise KeyError("stop")
+    assert slurm("alpha", "squeue", "-h", "-o", "%i").stdout.split() == before

@@ -153,3 +153,44 @@ def test_many_jobs_on_a_cluster_cost_one_query_per_interval_and_a_finished_job_n
     watcher.info("alpha", ids[1])
     assert ids[0] not in alpha.calls[2].args[0] and len(alpha.calls[2].args[0]) == 49   # ended: never asked again
     assert watcher.info("alpha", ids[0]).state == "COMPLETED" and len(alpha.calls) == 3
+
+
+def test_an_array_task_runs_the_call_of_its_index(tmp_path):
+    calls = payload.dump_calls(lambda x, y=0: x * 10 + y, [((1,), {}), ((2,), {"y": 5}), ((3,), {})], array=True)
+    call = tmp_path / "calls.txt"
+    call.write_text(calls)
+    proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, str(call), str(tmp_path / "r_%a_%t.txt")],
+                          capture_output=True, text=True, env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert payload.load_outcome((tmp_path / "r_1_0.txt").read_text()).value == 25
+    with pytest.raises(ValueError):
+        payload.dump_calls(len, [((1,), {}), ((2,), {})], array=False)
+
+
+def test_the_tasks_of_many_arrays_cost_one_query_and_a_forgotten_array_is_read_from_accounting():
+    from slurmkit.api.job import StateWatcher
+    from slurmkit.testing import FakeArraySlurm, FakeClock
+
+    clock = FakeClock()
+    gamma = FakeArraySlurm("gamma", clock=clock, accounting=True)
+    script = "#!/bin/bash\n#SBATCH --array=0-2\ntrue\n"
+    first, second = gamma.submit(script), gamma.submit(script)
+    watcher = StateWatcher(_Session({"gamma": gamma}), interval=1.0, clock=clock)
+    elements = ["%s_%d" % (a, i) for a in (first, second) for i in range(3)]
+    for element in elements:
+        watcher.register("gamma", element)
+    gamma.calls.clear()
+    assert {watcher.info("gamma", e).state for e in elements} == {"PENDING"}
+    assert gamma.methods_called() == ["array_tasks"]                  # both arrays, one squeue
+    gamma.run(first, {1: 3})
+    clock.sleep(1.0)
+    assert [watcher.info("gamma", "%s_%d" % (first, i)) for i in range(3)] == [
+        ("COMPLETED", True), ("FAILED", True), ("COMPLETED", True)]
+    gamma.run(second)
+    gamma.forget_array(second)                   # past MinJobAge: only accounting knows it
+    clock.sleep(1.0)
+    assert watcher.info("gamma", "%s_2" % second) == ("COMPLETED", True)
+    assert gamma.methods_called()[-3:] == ["array_tasks", "has_accounting", "array_tasks_accounting"]  # (config: once)
+    gamma.calls.clear()
+    clock.sleep(1.0)
+    assert watcher.info("gamma", "%s_0" % first).finished and gamma.calls == []   # all ended: not asked again
