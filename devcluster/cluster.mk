@@ -19,10 +19,10 @@ CLUSTER ?= alpha
 
 # slurmdbd + mariadb-server: real accounting (sacct) on alpha.
 DEVCLUSTER_PACKAGES := slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client iproute2 util-linux mawk \
-	charliecloud-runtime runc
+	charliecloud-runtime runc squashfs-tools
 # Programs that must exist; install-system does nothing when all are present.
 DEVCLUSTER_PROGRAMS := slurmctld slurmd slurmdbd munged mungekey sinfo scontrol sbatch srun sacct sacctmgr \
-	mariadbd mariadb-install-db mariadb ssh ssh-keygen unshare nsenter ss flock awk ch-run runc
+	mariadbd mariadb-install-db mariadb ssh ssh-keygen unshare nsenter ss flock awk ch-run runc mksquashfs
 
 .PHONY: install-system cluster-up cluster-down cluster-env cluster-status
 

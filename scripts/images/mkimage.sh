@@ -11,7 +11,8 @@
 # DIR is an OCI bundle (Slurm's --container): DIR/rootfs the image (also a Charliecloud image
 # directory), DIR/config.json from `runc spec` in the host's network, UTS and user namespaces
 # (a private network cuts a multi-node rendezvous), the root read-only, with the host's /tmp
-# bound in (where the tests' jobs work).  A root made from other packages, or left half-made, is made again (the
+# bound in (where the tests' jobs work); DIR/image.sqfs the root as a SquashFS file, without the venv's
+# packages (where mksquashfs is).  A root made from other packages, or left half-made, is made again (the
 # stamps).  Prints DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,6 +66,15 @@ config["mounts"].append({"destination": "/tmp", "type": "bind", "source": "/tmp"
 json.dump(config, open(path, "w"), indent=1)
 PY
         echo "$bundle_stamp" > "$dir/.bundle-done"
+    fi
+    # The same root as a SquashFS file (Charliecloud's other image form), without the venv's packages
+    # (PyTorch: 20 times the size; the SquashFS tests print the image's Python and release only).
+    sqfs_stamp="$stamp sqfs=1"
+    if [ "$(cat "$dir/.sqfs-done" 2>/dev/null)" != "$sqfs_stamp" ] && command -v mksquashfs >/dev/null; then
+        rm -f "$dir/image.sqfs" "$dir/.sqfs-done"
+        mksquashfs "$root" "$dir/image.sqfs.tmp" -e "${venv#/}/lib" -comp gzip -noappend -quiet -no-progress >&2
+        mv "$dir/image.sqfs.tmp" "$dir/image.sqfs"
+        echo "$sqfs_stamp" > "$dir/.sqfs-done"
     fi
 ) 9>"$dir.lock"
 echo "$dir"

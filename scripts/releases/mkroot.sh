@@ -26,7 +26,7 @@ in_root="$here/devcluster/in-root.sh"
 say() { echo "mkroot[$suite]: $*"; }
 
 packages=(slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client iproute2
-          util-linux mawk procps python3 python3-venv make ca-certificates charliecloud-runtime runc)
+          util-linux mawk procps python3 python3-venv make ca-certificates charliecloud-runtime runc squashfs-tools)
 # Installed where the suite has them, skipped where it does not: Apptainer (in sid, not in
 # trixie or bookworm), for the container tests' real Apptainer runs.
 optional=(apptainer)

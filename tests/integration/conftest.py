@@ -460,7 +460,8 @@ def container_image(devcluster):
         return _with_mount_point(copy)
     made = subprocess.run(["make", "--no-print-directory", "-s", "image"], cwd=REPO, check=True,
                           capture_output=True, text=True, timeout=900).stdout.strip().splitlines()[-1]
-    stamp = "%s %s" % (made, (Path(made) / ".bundle-done").read_text().strip())
+    stamp = " ".join([made] + [(Path(made) / done).read_text().strip() for done in (".bundle-done", ".sqfs-done")
+                               if (Path(made) / done).is_file()])
     if not (copy / ".copied-from").is_file() or (copy / ".copied-from").read_text() != stamp:
         if copy.is_symlink():
             copy.unlink()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IMAGE, IMAGE_PYTHON, job_info, needs_image, wait_job_state
+from conftest import HAS_CH_RUN, IMAGE, IMAGE_PYTHON, job_info, needs_image, wait_job_state
 from harness import one_error_line, run_slurmkit, wait_until
 from training_output import TRAIN, check_training
 
@@ -117,6 +117,25 @@ def test_an_image_missing_on_the_node_is_one_line_from_the_job(image, tmp_path):
     job, text = run_to_end(tmp_path, "--image", missing, "-T", "single", "--", "true")
     assert "slurmkit: error: image %s is not on node" % missing in text, text
     assert "Traceback" not in text
+
+
+def _ch_run_mounts_squashfs():
+    proc = subprocess.run(["ch-run", "--feature=squash"], capture_output=True, env=dict(os.environ, USER="root"))
+    return proc.returncode == 0
+
+
+@pytest.mark.skipif(not HAS_CH_RUN or not _ch_run_mounts_squashfs(), reason="this ch-run cannot mount SquashFS images "
+                    "(Debian 12's 0.31 is built without squashfuse; the 24.11 and 26.05 roots' 0.38 and 0.45 are not, "
+                    "and make test-releases runs this there)")
+def test_a_squashfs_image_runs_on_two_nodes(image, tmp_path):
+    # The same root as a SquashFS file (scripts/images/mkimage.sh; without the venv's packages), named by its
+    # path: ch-run mounts it with squashfuse on each node.  The bind-target check looks into directories only.
+    squash = str(Path(image) / "image.sqfs")
+    assert os.path.isfile(squash), "make image made no image.sqfs (is mksquashfs installed? make install-system)"
+    job, text = run_to_end(tmp_path, "-N", "2", "-T", "srun", "--image", squash, "-e", "RUN_LABEL=squashed",
+                           "--", IMAGE_PYTHON, "-c", PROBE)
+    assert job["runtime"] == "charliecloud" and job["image"] == squash
+    check_probe(text, "squashed", tmp_path)
 
 
 def test_a_mount_onto_a_directory_the_image_lacks_is_one_line_from_the_job(image, tmp_path):

@@ -9,6 +9,7 @@ drains is resumed at teardown, and only that: a node drained by anyone else
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -199,14 +200,16 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
 @needs_ch_run
 def test_nodes_whose_container_runtime_cannot_start_are_drained_and_resumed_once_it_can(devcluster, tmp_path,
                                                                                       beta):
-    # Apptainer is not in Debian 12: every beta node fails the check; Charliecloud is (make install-system).
-    site = write_site(tmp_path, devcluster, runtime="apptainer")
+    # podman-hpc is in no Debian release (Apptainer is in sid, whose root runs this suite too): every beta
+    # node fails the check; Charliecloud is everywhere (make install-system, the release roots).
+    assert shutil.which("podman-hpc") is None, "this test needs a machine without podman-hpc"
+    site = write_site(tmp_path, devcluster, runtime="podman-hpc")
     code, rows = sweep(site, tmp_path, "--cluster", "beta", "--drain")
     assert code == 1
     for node in devcluster["beta"].nodes:
         (result,) = [r for r in rows[node]["report"]["results"] if r["name"] == "container_runtime"]
         assert result["status"] == "fail" and result["message"].startswith(
-            "runtime apptainer cannot start images: apptainer not on PATH"), result
+            "runtime podman-hpc cannot start images: podman-hpc not on PATH"), result
         assert rows[node]["action"] == "drained (slurmkit: container_runtime)", rows[node]
         assert node_state("beta", node, devcluster).reason == "slurmkit: container_runtime"
     site = write_site(tmp_path, devcluster, runtime="charliecloud", resume_after=1)
