@@ -30,12 +30,9 @@ class JobPaths(NamedTuple):
     folder: Path
     cluster_folder: str
     submitted_pickle: str        # the call
-    result_pickle: str           # task 0's outcome (task T's: result_pickle_of(T))
+    result_pickle: str           # task 0's outcome
     stdout: str                  # Slurm's log of the job (stdout and stderr together)
     stderr: str
-
-    def result_pickle_of(self, task: int) -> str:
-        return self.result_pickle.replace("_0_result", "_%d_result" % task)
 
 
 def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:
@@ -157,7 +154,11 @@ class Job:
     def paths(self) -> JobPaths:
         files = self._record["files"]
         return JobPaths(Path(self._record["folder"]), self._record["cluster_folder"], files["call"],
-                        files["result"].replace("%t", "0"), files["log"], files["log"])
+                        self._result_path(0), files["log"], files["log"])
+
+    def _result_path(self, task: int) -> str:
+        """Where task ``task`` leaves its outcome on the cluster."""
+        return self._record["files"]["result"].replace("%t", str(task))
 
     def task(self, task_id: int) -> "Job":
         """The job as seen from one of its tasks: its ``result()`` is that task's."""
@@ -220,7 +221,7 @@ class Job:
         if task not in self._outcomes:        # an outcome is final once there: read it once
             from slurmkit.api import payload
 
-            text = self._session.files(self.cluster).read(self._record["files"]["result"].replace("%t", str(task)))
+            text = self._session.files(self.cluster).read(self._result_path(task))
             try:
                 outcome = payload.load_outcome(text) if text else None
             except ValueError:
