@@ -150,9 +150,12 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
                for name in _importers_of("slurmkit.cli"))
 
 
-def test_nothing_imports_the_python_api_but_itself_and_the_packages_top_level_names():
+def test_nothing_imports_the_python_api_but_itself_its_submitit_face_and_the_packages_top_level_names():
     # The API is a face of the library, like the CLI: the library never depends on either.
-    assert all(name.startswith("slurmkit.api") or name == "slurmkit" for name in _importers_of("slurmkit.api"))
+    # slurmkit.compat is the API under submitit's module names, nothing else.
+    assert all(name.startswith(("slurmkit.api", "slurmkit.compat")) or name == "slurmkit"
+               for name in _importers_of("slurmkit.api"))
+    assert all(name.startswith("slurmkit.compat") for name in _importers_of("slurmkit.compat"))
 
 
 @pytest.mark.parametrize("part,forbidden", [
@@ -183,6 +186,10 @@ def test_nothing_imports_the_python_api_but_itself_and_the_packages_top_level_na
                 "observe", "containers")),
     ("observe", ("cli", "sweep")),
     ("api", ("cli",)),
+    ("compat", ("cli",)),
+    # Runs on the nodes, where slurmkit need not be (cloudpickle carries it by value): nothing of slurmkit.
+    ("helpers", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
+                 "sweep", "observe", "energy", "containers", "api", "compat", "errors", "times", "envnames")),
 ])
 def test_no_import_runs_up_the_layers(part, forbidden):
     offenders = []
