@@ -8,6 +8,12 @@ generic names (``timeout_min``, ``tasks_per_node``, ``mem_gb``, ...) and Slurm's
 (``time``, ``ntasks_per_node``, ``mem``, ...).  Plus what slurmkit adds: ``comm``,
 ``template``, ``image``, ``mounts``, ``env``.
 
+``slurm_setup`` (``setup`` for the SlurmExecutor), as in submitit: lines of shell that the batch
+script runs before the call starts (``module load``, ``source venv/bin/activate``), printed as
+they are written: they are the user's own shell, like the command of ``slurmkit submit``.  Each
+is one line; a newline inside one is refused (it would be two lines, and the check of what
+the script holds would see one).
+
 ``slurm_additional_parameters`` cannot pass arbitrary ``#SBATCH`` lines: the ones slurmkit
 knows what to do with are taken (``account``, ``qos``, ``constraint``, ``exclude``,
 ``nodelist``, ``exclusive``), any other is refused, so that nothing reaches sbatch unchecked.
@@ -24,7 +30,7 @@ GENERIC = {"timeout_min": "time", "nodes": "nodes", "tasks_per_node": "ntasks_pe
            "name": "job_name"}
 # Slurm names this translation takes (the SlurmExecutor's, AutoExecutor's with "slurm_").
 SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "job_name",
-         "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters")
+         "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters", "setup")
 # slurmkit's own, the same in both.
 OWN = ("comm", "template", "image", "mounts", "env")
 ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive")
@@ -122,12 +128,25 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
             fields["exclusive"] = bool(value)
         elif key == "mounts":
             fields["mounts"] = _strings(key, value)
+        elif key == "setup":
+            fields["setup"] = _lines(value)
         elif key == "env":
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in value.items()):
                 raise UsageError("executor parameter env: give a dict of strings")
             fields["env"] = dict(value)
     return Request(fields, partition)
+
+
+def _lines(value) -> Tuple[str, ...]:
+    """``slurm_setup``: a list of shell lines (a single string is one line)."""
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(line, str) for line in items):
+        raise UsageError("executor parameter slurm_setup=%r: give a list of shell lines (strings)" % (value,))
+    from slurmkit.script.render import check_setup_lines
+
+    check_setup_lines(items, "executor parameter slurm_setup")
+    return tuple(items)
 
 
 def _strings(name: str, value) -> Tuple[str, ...]:

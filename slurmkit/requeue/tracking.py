@@ -23,6 +23,7 @@ def spec_to_plain(spec) -> dict:
     data["env"] = dict(spec.env)
     data["exclude"] = list(spec.exclude)
     data["mounts"] = list(spec.mounts)
+    data["setup"] = list(spec.setup)
     for per_attempt in ("token", "checkpoint_dir", "attempt", "resume_from"):
         data.pop(per_attempt, None)
     return data
@@ -35,6 +36,7 @@ def spec_from_plain(data: dict):
     values["command"] = tuple(values["command"])
     values["exclude"] = tuple(values.get("exclude") or ())
     values["mounts"] = tuple(values.get("mounts") or ())
+    values["setup"] = tuple(values.get("setup") or ())
     known = set(JobSpec._fields)
     return JobSpec(**{k: v for k, v in values.items() if k in known})
 

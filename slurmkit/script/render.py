@@ -3,7 +3,9 @@
 Safety model: every value a template prints is shell-quoted unless it is a
 :class:`Trusted` string.  Trusted strings are built here from validated data
 (the ``#SBATCH`` directives, exported variables) or come from the site admin
-(setup lines, template files).  So a job name or argument such as
+(setup lines, template files), or are the user's own shell: the job's setup
+lines (``JobSpec.setup``, the Python API's ``slurm_setup``), which the user
+writes as they would write the batch script itself, like the command.  So a job name or argument such as
 ``$(touch /tmp/x)`` is passed literally and never executed.
 
 ``#SBATCH`` lines are parsed by sbatch, not by a shell: their values use
@@ -138,6 +140,8 @@ class JobSpec(NamedTuple):
     mounts: Tuple[str, ...] = ()
     mem: Optional[str] = None                # sbatch --mem: memory per node (16G, 512M); None: Slurm's default
     array: Optional[str] = None              # sbatch --array: the Python API's map_array ("0-49")
+    # The job's own shell lines before the launch (the Python API's slurm_setup), printed as written.
+    setup: Tuple[str, ...] = ()
 
 
 class ContainerLaunch(NamedTuple):
@@ -648,6 +652,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
             ntasks_per_node=ntasks, switches=switches, wait=wait, cpus_per_task=task_cpus,
             constraint=constraint)],
         "modules": list(site.modules), "setup": [Trusted(s) for s in site.setup],
+        "job_setup": [Trusted(s) for s in spec.setup],
         "fabric_exports": _exports(fabric_env, "site config"),
         "user_exports": user_exports, "user_sets": user_sets, "requeue_exports": requeue_exports,
         "command": Trusted(" ".join(shell_quote(a) for a in spec.command)),
@@ -667,8 +672,19 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
                        runtime=container.runtime if container else None)
 
 
+def check_setup_lines(lines: Sequence[str], source: str = "slurm_setup") -> None:
+    """The job's own setup lines are printed as written, one each: a line break (or a NUL) inside one
+    would make it several lines where one was given.  UsageError naming ``source``."""
+    for line in lines:
+        if _CONTROL_RE.search(line.replace("\t", "")):
+            raise UsageError("%s: %r holds a line break or another control character; give each line as its own "
+                             "item" % (source, line))
+
+
 def _check_request(spec: JobSpec) -> None:
-    """What the request alone can get wrong: no command, an unknown --comm, --switches without heavy."""
+    """What the request alone can get wrong: no command, an unknown --comm, --switches without heavy,
+    a setup line that is not one line."""
+    check_setup_lines(spec.setup)
     if not spec.command:
         raise UsageError("no command given; put it after '--', e.g. slurmkit submit -- python train.py")
     if not spec.command[0].strip():

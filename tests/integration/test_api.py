@@ -241,3 +241,17 @@ def test_submitits_readme_example_runs_unchanged_through_slurmkit_compat(tmp_pat
     assert re.fullmatch(r"alpha:[0-9]+", job_id), proc.stdout       # the site's default cluster, a global id
     assert job_info("alpha", job_id.split(":")[1])["JobState"] == "COMPLETED"
     assert (tmp_path / "log_test" / ("%s.job.json" % job_id.replace(":", "_"))).exists()
+
+
+def test_slurm_setup_lines_run_in_the_batch_script_before_the_call(executor, tmp_path):
+    import shlex
+
+    where = tmp_path / "a dir"
+    where.mkdir()
+    executor.update_parameters(slurm_setup=['export SETUP_SAW="job $SLURM_JOB_ID"', "cd %s" % shlex.quote(str(where))])
+
+    def seen():
+        return os.environ["SETUP_SAW"], os.getcwd()
+
+    job = executor.submit(seen)
+    assert job.result() == ("job %s" % job.job_id.split(":")[1], str(where))

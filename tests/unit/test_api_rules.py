@@ -54,6 +54,17 @@ def test_wrong_parameters_are_refused_by_name(parameters, generic, says):
     assert says in str(err.value)
 
 
+def test_slurm_setup_lines_go_to_the_job_spec_as_written_one_line_each():
+    lines = ["module load cuda/12", 'export A="$(hostname)"']
+    assert params.request({"slurm_setup": lines}, True).fields == {"setup": tuple(lines)}
+    assert params.request({"setup": "source venv/bin/activate"}, False).fields == {
+        "setup": ("source venv/bin/activate",)}
+    with pytest.raises(UsageError, match="executor parameter slurm_setup: .* holds a line break"):
+        params.request({"slurm_setup": ["a\nb"]}, True)
+    with pytest.raises(UsageError, match="give a list of shell lines"):
+        params.request({"slurm_setup": [1]}, True)
+
+
 def test_a_hostile_value_that_is_a_fine_string_stays_one_value():
     # A job name with shell syntax is a value: the renderer quotes it (its own tests); nothing here runs it.
     assert params.request({"name": "$(touch /tmp/x); `id`"}, True).fields["name"] == "$(touch /tmp/x); `id`"

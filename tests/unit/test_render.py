@@ -615,3 +615,20 @@ def test_output_note_says_when_and_why_the_output_file_is_missing(tmp_path):
                           refuses=lambda d: "is on a read-only file system" if d == "/x" else None)
     assert refused.startswith("output file /x/slurm-9.out does not exist: its directory /x is on a read-only file "
                               "system, so Slurm could not create it")
+
+
+def test_the_jobs_own_setup_lines_run_as_written_after_the_sites_and_before_the_launch():
+    site = _site("example-infiniband.yaml")
+    lines = ("source ~/venvs/torch/bin/activate", 'export RUN="$(date +%s)"  # the user\'s own shell')
+    script = _render_default(site, SPEC._replace(comm="light", setup=lines), None).script
+    block = "# The job's own setup lines (slurm_setup), as written.\n%s\n%s\n" % lines
+    assert block in script                                     # literally: they are the user's shell
+    assert script.index(site.setup[-1].splitlines()[-1]) < script.index(block) < script.rindex("torchrun")
+    assert "slurm_setup" not in _render_default(site, SPEC._replace(comm="light"), None).script
+
+
+@pytest.mark.parametrize("line", ["echo a\nsbatch evil.sh", "x\r", "a\0b"])
+def test_a_setup_line_with_a_line_break_is_refused(line):
+    site = _site("example-infiniband.yaml")
+    with pytest.raises(UsageError, match="slurm_setup: .* holds a line break"):
+        _render_default(site, SPEC._replace(comm="light", setup=("true", line)), None)
