@@ -58,7 +58,9 @@ class LocalRunner(Runner):
         argv = tuple(str(a) for a in argv)
         env = dict(os.environ, **self.extra_env) if self.extra_env else None
         try:
-            proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
+            # Decoded as the SSH runner decodes: a byte that is not UTF-8 (a job's log cut mid-character,
+            # a node name in another encoding) is a replacement character, never an exception.
+            proc = subprocess.run(argv, input=stdin, capture_output=True, encoding="utf-8", errors="replace", env=env,
                                   timeout=timeout or self.default_timeout)
         except FileNotFoundError:
             raise SlurmUnavailableError(
