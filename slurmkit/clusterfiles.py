@@ -15,7 +15,8 @@ may not exist yet return None or an empty text instead.
 """
 
 import os
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+import re
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Writes standard input to "$1" atomically (a temporary file, then a rename), creating its directory.
 _PUT_SCRIPT = 'set -e; umask 077; mkdir -p -- "$(dirname -- "$1")"; cat > "$1.tmp.$$"; mv -f -- "$1.tmp.$$" "$1"'
@@ -45,6 +46,35 @@ def remove_files(paths: Iterable[str]) -> List[str]:
 def tails(paths: Sequence[str], size: int) -> List[str]:
     """argv: the last ``size`` bytes of each file, in one process (see :func:`parse_tails`)."""
     return ["sh", "-c", _TAILS_SCRIPT, "slurmkit-tails", str(int(size))] + list(paths)
+
+
+# Up to "$3" bytes of "$1" from byte "$2", in one process that ends by itself (dd reports the count on stderr).
+def read_range(path: str, offset: int, limit: int) -> List[str]:
+    """argv: ``limit`` bytes of ``path`` from byte ``offset`` (fewer at its end); see :func:`parse_dd_count`."""
+    return ["dd", "if=" + path, "iflag=skip_bytes,count_bytes", "skip=%d" % int(offset), "count=%d" % int(limit),
+            "bs=65536"]
+
+
+def parse_dd_count(stderr: str) -> Optional[int]:
+    """How many bytes dd copied ("1234 bytes (1.2 kB, ...) copied, ..."), None if it did not say."""
+    m = re.search(r"^(\d+) bytes", stderr, re.M)
+    return int(m.group(1)) if m else None
+
+
+# The file's size, a newline, then its last "$2" bytes up to that size: one consistent view of a growing file.
+_WINDOW_SCRIPT = ('size=$(stat -c %s -- "$1") || exit 3; skip=$(( size > $2 ? size - $2 : 0 )); echo "$size"; '
+                  'exec dd if="$1" iflag=skip_bytes,count_bytes skip="$skip" count="$((size - skip))" bs=65536 '
+                  'status=none')
+
+
+def window(path: str, size: int) -> List[str]:
+    """argv: ``path``'s size, then its last ``size`` bytes (see :meth:`ClusterFiles.window`)."""
+    return ["sh", "-c", _WINDOW_SCRIPT, "slurmkit-window", path, str(int(size))]
+
+
+def find_names(directory: str, name_glob: str) -> List[str]:
+    """argv: the entries of ``directory`` whose name matches the shell pattern ``name_glob``, NUL-ended."""
+    return ["find", directory, "-mindepth", "1", "-maxdepth", "1", "-name", name_glob, "-print0"]
 
 
 def parse_tails(text: str) -> Dict[str, str]:
@@ -120,6 +150,61 @@ class ClusterFiles:
         # A tail is a courtesy (the last lines of a failed point's log, shown beside its exit status):
         # a failed command is what was printed so far, never an error of the status it completes.
         return parse_tails(self.runner.run(tails(paths, size)).stdout)
+
+    def read_range(self, path: str, offset: int, limit: int) -> Optional[Tuple[int, str]]:
+        """``(bytes read, text)``: at most ``limit`` bytes of ``path`` from byte ``offset`` (fewer at its
+        end; none past it); None when the file does not exist (yet).  One bounded command on the login
+        node: nothing is left running there whenever the caller stops."""
+        if self.local:
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read(limit)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise OSError(exc.errno, "cannot read %s: %s" % (path, exc.strerror)) from None
+            return len(data), data.decode("utf-8", "replace")
+        result = self.runner.run(read_range(path, offset, limit))
+        count = parse_dd_count(result.stderr)
+        if not result.ok or count is None:
+            if "No such file" in result.stderr:
+                return None
+            self.checked(result, "reading %s" % path)
+        return count, result.stdout
+
+    def window(self, path: str, size: int) -> Optional[Tuple[int, str]]:
+        """``(the file's size, its last bytes up to `size` of them)``, one consistent view of a growing
+        file (a later :meth:`read_range` from that size misses nothing); None when it does not exist."""
+        if self.local:
+            try:
+                with open(path, "rb") as fh:
+                    end = os.fstat(fh.fileno()).st_size
+                    fh.seek(max(0, end - size))
+                    data = fh.read(end - fh.tell())
+            except FileNotFoundError:
+                return None
+            return end, data.decode("utf-8", "replace")
+        result = self.runner.run(window(path, size))
+        if not result.ok:
+            if "No such file" in result.stderr or result.returncode == 3:
+                return None
+            self.checked(result, "reading %s" % path)
+        head, _, body = result.stdout.partition("\n")
+        return int(head), body
+
+    def glob(self, directory: str, name_glob: str) -> List[str]:
+        """The files in ``directory`` whose names match the shell pattern ``name_glob`` (sorted)."""
+        if self.local:
+            import fnmatch
+
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                return []
+            return sorted(os.path.join(directory, n) for n in names if fnmatch.fnmatchcase(n, name_glob))
+        result = self.runner.run(find_names(directory, name_glob))
+        return sorted(p for p in result.stdout.split("\0") if p)
 
     def remove(self, paths: Sequence[str]) -> None:
         """Remove files that may be absent; a failure to remove one is not reported."""

@@ -27,6 +27,7 @@ COMMANDS = {
     "daemon": "slurmkit.cli.requeue_commands:daemon",
     "jobs": "slurmkit.cli.requeue_commands:jobs",
     "sweep": "slurmkit.cli.sweep_commands:sweep",
+    "logs": "slurmkit.cli.observe_commands:logs",
 }
 
 

@@ -82,6 +82,17 @@ class SlurmBackend:
         """Jobs from the accounting database (sacct); empty where there is none."""
         raise NotImplementedError
 
+    def job_records(self, job_id: str) -> List[Dict[str, str]]:
+        """The controller's whole record of a job (an array's id: every task it still holds; ``ID_I``: that
+        task), as ``scontrol show job`` prints it: one RPC; empty once the controller forgot the job."""
+        raise NotImplementedError
+
+    def accounting_records(self, job_id: str) -> Optional[List[Dict[str, str]]]:
+        """The job's (an array's: every task's) rows in accounting, fields ``commands.SACCT_RECORD_FIELDS``
+        (22.05: without StdOut, StdErr, Restarts and FailedNode, which it does not keep); None where the
+        cluster keeps no accounting."""
+        raise NotImplementedError
+
     def accounting_since(self, seconds_ago: float, user: Optional[str] = None) -> List[JobInfo]:
         """Every job of ``user`` that accounting saw run or end in the last ``seconds_ago`` seconds, in
         one query (sacct); empty where there is no accounting.  Jobs squeue has forgotten are there,
@@ -294,6 +305,23 @@ class CommandBackend(SlurmBackend):
         if not result.ok and "accounting storage is disabled" in result.stderr:
             return []
         return parsers.parse_sacct(self.checked(result, "sacct").stdout)
+
+    def job_records(self, job_id):
+        result = self._run(commands.show_job(job_id))
+        if not result.ok and "Invalid job id" in result.stderr:
+            return []
+        return parsers.parse_job_records(self.checked(result, "scontrol show job").stdout)
+
+    def accounting_records(self, job_id):
+        if not self.has_accounting():
+            return None
+        fields = commands.SACCT_RECORD_FIELDS
+        result = self._run(commands.sacct_records(job_id, fields))
+        if not result.ok and re.search(r"Invalid field|unrecognized option|invalid option", result.stderr):
+            # 22.05: no StdOut in accounting, no --expand-patterns
+            fields = commands.SACCT_RECORD_FIELDS_2205
+            result = self._run(commands.sacct_records(job_id, fields, expand=False))
+        return parsers.parse_sacct_records(self.checked(result, "sacct").stdout, fields)
 
     def accounting_since(self, seconds_ago, user=None):
         result = self._run(commands.sacct_since(int(seconds_ago) + 1, user))

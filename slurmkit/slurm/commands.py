@@ -6,7 +6,7 @@ Keeping them pure makes them trivially testable and lets the SSH runner quote
 each argument on its own.
 """
 
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Sequence
 
 # squeue's own format letters, joined with a delimiter that never appears in
 # the fields we ask for except the comment, which is therefore last.
@@ -140,6 +140,24 @@ def sacct_since(seconds_ago: int, user: Optional[str] = None) -> List[str]:
     if user:
         argv.append("--user=" + user)
     return argv + ["--format=" + ",".join(SACCT_FIELDS)]
+
+
+# What ``logs`` and ``why`` read of a job the controller has forgotten (sacct -X: the job, not its steps).
+# StdOut and StdErr exist from 23.02 on; 22.05 refuses them ("Invalid field requested").  Reason and
+# Comment stay last: free text, which may hold the "|" delimiter (Comment whole, as the last field).
+SACCT_RECORD_FIELDS = ("JobID", "JobIDRaw", "JobName", "User", "State", "ExitCode", "NodeList", "WorkDir",
+                       "Start", "End", "Elapsed", "Timelimit", "Restarts", "FailedNode", "StdOut", "StdErr",
+                       "Comment")
+SACCT_RECORD_FIELDS_2205 = ("JobID", "JobIDRaw", "JobName", "User", "State", "ExitCode", "NodeList", "WorkDir",
+                            "Start", "End", "Elapsed", "Timelimit", "Comment")
+
+
+def sacct_records(job_id: str, fields: Sequence[str] = SACCT_RECORD_FIELDS, expand: bool = True) -> List[str]:
+    """One job (or array: every task) from accounting, its own rows only.  ``expand``: sacct's
+    ``--expand-patterns`` (24.11 on), which writes StdOut/StdErr as the files' names."""
+    argv = ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=" + str(job_id),
+            "--format=" + ",".join(fields)]
+    return argv + (["--expand-patterns"] if expand else [])
 
 
 def scancel(job_ids: Iterable[str]) -> List[str]:

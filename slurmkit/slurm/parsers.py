@@ -10,7 +10,7 @@ wrapped as ``{"set": .., "number": ..}``, state lists).
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmCommandError, SlurmkitError
 from slurmkit.slurm import commands
@@ -193,21 +193,35 @@ def ended_exit(state: str, ran: bool, value) -> Tuple[Optional[int], Optional[in
     return decode_exit(value)
 
 
-_PATTERN_RE = re.compile(r"%(%|[jxuAa]|[0-9]*[jA])")
+# Slurm's filename pattern: "%%", or an optional zero-padding width and one letter (sbatch(1) FILENAME PATTERN).
+_PATTERN_RE = re.compile(r"%(%|[0-9]*[A-Za-z])")
+# The letters a width zero-pads (numbers); the others are text.
+_NUMERIC_LETTERS = frozenset("AabjnrsSt")
 
 
-def expand_output_pattern(pattern: str, job_id: str, name: str, user: str) -> str:
-    """Slurm's filename pattern (``%j``, ``%x``, ``%u``, ``%%``) for one job; others stay as they are."""
+def expand_pattern(pattern: str, values: Dict[str, str]) -> str:
+    """Slurm's filename ``pattern`` with the letters ``values`` knows ({"j": "42", "x": "train", ...})
+    replaced, ``%%`` made ``%``, and every other ``%`` sequence left as it is (for a later, wider
+    expansion: the node's and the rank's parts are known only where the file is written).  A
+    backslash anywhere turns the patterns off, as in sbatch: the backslashes are removed."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+
     def sub(m):
         code = m.group(1)
         if code == "%":
             return "%"
         letter, width = code[-1], code[:-1]
-        value = {"j": job_id, "A": job_id, "x": name, "u": user}.get(letter)
+        value = values.get(letter)
         if value is None:
             return m.group(0)
-        return value.zfill(int(width)) if width else value
+        return value.zfill(int(width)) if width and letter in _NUMERIC_LETTERS else value
     return _PATTERN_RE.sub(sub, pattern)
+
+
+def expand_output_pattern(pattern: str, job_id: str, name: str, user: str) -> str:
+    """Slurm's filename pattern (``%j``, ``%x``, ``%u``, ``%%``) for one job; others stay as they are."""
+    return expand_pattern(pattern, {"j": job_id, "A": job_id, "x": name, "u": user})
 
 
 def _output_file(job_id: str, pattern: str, name: str, user: str, cwd: str) -> str:
@@ -362,6 +376,23 @@ _KV_RE = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(.*?)(?=\s+[A-Za-z][\w/:.]*=|\s
 def parse_key_values(line: str) -> Dict[str, str]:
     """One ``scontrol --oneliner`` record: ``Key=value Key2=value with spaces``."""
     return {m.group(1): m.group(2) for m in _KV_RE.finditer(line.strip())}
+
+
+def parse_job_records(text: str) -> List[Dict[str, str]]:
+    """``scontrol --oneliner show job`` as one {key: value} per job (an array: one per task shown)."""
+    return [parse_key_values(line) for line in text.splitlines() if line.startswith("JobId=")]
+
+
+def parse_sacct_records(text: str, fields: Sequence[str]) -> List[Dict[str, str]]:
+    """``sacct --parsable2`` rows as {field: value}; the last field keeps any "|" it holds."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", len(fields) - 1)
+        if len(parts) == len(fields):
+            rows.append(dict(zip(fields, parts)))
+    return rows
 
 
 def parse_topology(text: str) -> "Topology":

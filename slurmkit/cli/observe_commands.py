@@ -1,0 +1,79 @@
+"""The researcher's day after submit: ``logs`` (and, next, ``why`` and ``eff``).  Thin: each parses its
+options, calls ``slurmkit.observe``, prints."""
+
+import sys
+
+import click
+
+from slurmkit.cli.options import CONTEXT, pass_session, site_option
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing as the job writes, until it ends (waiting while it is pending, and on to the "
+                   "requeue daemon's next attempt); exit with the job's exit status.")
+@click.option("--lines", "-n", type=click.IntRange(min=0), metavar="N",
+              help="Only the last N lines (of each file) to begin with (default: all).")
+@click.option("--err", "stream", flag_value="err", default=False,
+              help="The job's error file (its --error; the output file when it has none).")
+@click.option("--rank", type=click.IntRange(min=0), metavar="R",
+              help="A job writing one file per rank or node (%t, %n in its --output): only rank/node R's "
+                   "(default: all, each line prefixed with its rank).")
+@click.option("--attempt", type=click.IntRange(min=1), metavar="N",
+              help="A restarted job's attempt N (the requeue daemon's restarts and Slurm's requeues; default: "
+                   "the latest).")
+@click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
+              help="The requeue journal that knows restarted jobs' attempts (default: the daemon's).")
+@click.argument("job_id", metavar="JOB")
+@pass_session
+def logs(session, follow, lines, stream, rank, attempt, journal, job_id):
+    """Print a job's output (CLUSTER:JOBID or CLUSTER:JOBID_TASK), found the way Slurm names it.
+
+    Over SSH the file is read on the login node in bounded chunks on the
+    cluster's existing connection.  An array without a task lists its tasks.
+
+    \b
+    Examples:
+      slurmkit logs alpha:1234 -n 50
+      slurmkit logs -f beta:48213_7
+      slurmkit logs --attempt 1 --err alpha:1234
+    """
+    from slurmkit.observe import logs as library
+
+    ref = library.parse_log_ref(job_id, session)
+    out = _writer()
+    say = lambda line: click.echo("slurmkit: %s" % line, err=True)   # noqa: E731
+    try:
+        located = library.locate(session, ref, stream=stream or "out", attempt=attempt, rank=rank,
+                                 journal_path=journal)
+    except library.ArrayNeedsTask as exc:
+        if follow:
+            raise
+        for row in exc.table():
+            click.echo("%-20s %-12s %s" % row)
+        return 0
+    if located.note:
+        say(located.note)
+    if located.attempts > 1 and located.attempt is not None:
+        say("%s: attempt %d of %d" % (located.ref, located.attempt, located.attempts))
+    if follow:
+        try:
+            return library.follow(session, located, out, say, lines=lines, journal_path=journal,
+                                  stream=stream or "out", rank=rank)
+        except KeyboardInterrupt:   # the user's way to stop following: not an error
+            return 130
+    if not library.show(session, located, out, lines=lines):
+        say("%s has no output file yet (%s; it is %s%s)" % (
+            located.ref, located.expected, located.record.state,
+            ", %s" % located.record.reason if located.record.reason else ""))
+        return 1
+    return 0
+
+
+def _writer():
+    """Write to stdout as text arrives (a log read in chunks must not wait for a buffer to fill)."""
+    def out(text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return out

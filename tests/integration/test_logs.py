@@ -1,0 +1,153 @@
+"""`slurmkit logs [-f]` against the real local clusters: jobs run to their end, their output read the
+way Slurm named it, locally and over SSH (gamma through its login node)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import sbatch, slurm, wait_job_state
+from harness import one_error_line, run_slurmkit, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = str(ROOT / "site_configs" / "local.yaml")
+
+
+def slurmkit(*args, env=None):
+    return run_slurmkit(args, env=dict(os.environ, SLURMKIT_SITE=SITE, **(env or {})))
+
+
+def follow(*args, env=None) -> subprocess.Popen:
+    """``slurmkit logs -f ...`` started, its output readable while it runs."""
+    return subprocess.Popen([sys.executable, "-m", "slurmkit", "logs", "-f"] + [str(a) for a in args],
+                            env=dict(os.environ, SLURMKIT_SITE=SITE, PYTHONUNBUFFERED="1", **(env or {})),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class Reader:
+    """A follow's stdout collected by a thread, so a test can wait for a line without blocking on it."""
+
+    def __init__(self, proc):
+        import threading
+
+        self.proc, self.text = proc, ""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.text += line
+
+    def wait_for(self, text, timeout=60):
+        return wait_until(lambda: text in self.text, timeout, what="%r in the followed output %r" % (text, self.text))
+
+
+def script(tmp_path, body, name="job.sh"):
+    path = tmp_path / name
+    path.write_text("#!/bin/bash\n" + body)
+    return str(path)
+
+
+def test_a_followed_job_is_printed_while_it_grows_and_logs_exits_with_its_status(devcluster, tmp_path):
+    go = tmp_path / "go"
+    job = sbatch("alpha", "-o", str(tmp_path / "grow-%j.out"), script(tmp_path, (
+        "echo line 1\n"
+        "for i in $(seq 300); do [ -e %s ] && break; sleep 0.2; done\n"
+        "echo line 2\nexit 7\n") % go))
+    proc = follow("alpha:" + job)
+    out = Reader(proc)
+    # Line 1 is shown while the job is still running (it waits for the go file before writing line 2).
+    out.wait_for("line 1\n")
+    assert "line 2" not in out.text
+    go.touch()
+    assert proc.wait(timeout=90) == 7
+    out.thread.join(5)
+    assert out.text == "line 1\nline 2\n"
+
+
+def test_a_pending_job_is_waited_for_with_its_reason_then_followed(devcluster, tmp_path):
+    job = sbatch("alpha", "--begin=now+600", "-o", str(tmp_path / "p-%j.out"), "--wrap", "echo started; exit 0")
+    proc = follow("alpha:" + job)
+    wait_until(lambda: job_is(job, "PENDING"), 20, what="the job pending")
+    time.sleep(1)   # the follow has asked once at least (it asks every 2 s)
+    slurm("alpha", "scontrol", "update", "jobid=" + job, "StartTime=now")
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 0, stderr
+    assert stdout == "started\n"
+    assert "alpha:%s is PENDING (BeginTime): waiting for it to start" % job in stderr
+
+
+def job_is(job, state):
+    from conftest import job_info
+
+    return job_info("alpha", job).get("JobState") == state
+
+
+def test_a_two_node_job_shows_each_ranks_file_labelled_and_one_rank_alone(devcluster, tmp_path):
+    pattern = str(tmp_path / "r-%j-%s-%t.out")
+    job = sbatch("alpha", "-N", "2", "-o", pattern, script(tmp_path, (
+        "echo from the batch script\n"
+        "srun -N 2 -n 2 -o '%s' bash -c 'echo hello from rank $SLURM_PROCID'\n") % pattern))
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
+    shown = slurmkit("logs", "alpha:" + job)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == ["[batch] from the batch script", "[rank 0] hello from rank 0",
+                                         "[rank 1] hello from rank 1"]
+    one = slurmkit("logs", "--rank", "1", "alpha:" + job)
+    assert one.returncode == 0 and one.stdout == "hello from rank 1\n", one.stderr
+
+
+def test_an_array_lists_its_tasks_and_a_task_shows_its_own_file(devcluster, tmp_path):
+    job = sbatch("alpha", "--array=0-1", "-o", str(tmp_path / "a-%A_%a.out"), "--wrap",
+                 "echo task $SLURM_ARRAY_TASK_ID")
+    wait_until(lambda: all((tmp_path / ("a-%s_%d.out" % (job, i))).exists() for i in (0, 1)), 60,
+               what="both tasks' files")
+    wait_job_state("alpha", job + "_1", {"COMPLETED"}, timeout=60)
+    listed = slurmkit("logs", "alpha:" + job)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["alpha:%s_0" % job, "alpha:%s_1" % job]
+    assert rows[1][2] == str(tmp_path / ("a-%s_1.out" % job))
+    task = slurmkit("logs", "alpha:%s_1" % job)
+    assert task.returncode == 0 and task.stdout == "task 1\n", task.stderr
+    refused = slurmkit("logs", "-f", "alpha:" + job)
+    assert refused.returncode == 2
+    assert "name one, e.g. alpha:%s_0" % job in one_error_line(refused.stderr)
+
+
+def test_the_last_lines_only(devcluster, tmp_path):
+    job = sbatch("alpha", "-o", str(tmp_path / "n-%j.out"), "--wrap", "seq 1 5000")
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
+    shown = slurmkit("logs", "-n", "3", "alpha:" + job)
+    assert shown.returncode == 0 and shown.stdout == "4998\n4999\n5000\n", shown.stderr
+
+
+def test_over_ssh_a_growing_log_is_followed_and_ctrl_c_leaves_nothing_on_the_login_node(devcluster, tmp_path):
+    go = tmp_path / "go"
+    out_file = tmp_path / ("ssh-%j.out")
+    job = sbatch("gamma", "-o", str(out_file), script(tmp_path, (
+        "echo first line\n"
+        "for i in $(seq 600); do [ -e %s ] && break; sleep 0.2; done\n"
+        "echo after go\n") % go))
+    proc = follow("gamma:" + job, env={"SLURMKIT_VIA": "ssh"})
+    out = Reader(proc)
+    out.wait_for("first line\n")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    path = str(out_file).replace("%j", job)
+    # Every read is one short dd on the login node (this machine's loopback sshd): none is left running.
+    left = subprocess.run(["pgrep", "-f", "if=" + path], stdout=subprocess.PIPE, text=True)
+    assert left.stdout == "", left.stdout
+    go.touch()
+    wait_job_state("gamma", job, {"COMPLETED"}, timeout=60)
+    again = slurmkit("logs", "gamma:" + job, env={"SLURMKIT_VIA": "ssh"})
+    assert again.returncode == 0 and again.stdout == "first line\nafter go\n", again.stderr
+
+
+def test_bad_references_are_one_line(devcluster):
+    bad = slurmkit("logs", "alpha:12ab")
+    assert bad.returncode == 2 and "is not a job id" in one_error_line(bad.stderr)
+    unknown = slurmkit("logs", "alpha:99999999")
+    assert unknown.returncode == 1 and "not known to cluster alpha" in one_error_line(unknown.stderr)

@@ -1,0 +1,163 @@
+"""The rules of ``slurmkit logs`` (slurmkit.observe.logs): patterns, the files they stand for, reading
+from the end, and following a job through pending, requeue and end, on a FakeClock."""
+
+import pytest
+
+from slurmkit.clusterfiles import ClusterFiles
+from slurmkit.errors import UsageError
+from slurmkit.observe import logs
+from slurmkit.testing.clock import FakeClock
+
+
+def controller(**kv):
+    base = {"JobId": "74", "JobName": "train", "UserId": "bob(1000)", "JobState": "RUNNING", "Reason": "None",
+            "Restarts": "0", "NodeList": "an[1-2]", "WorkDir": "/w", "StdOut": "/w/out-74.log",
+            "StdErr": "/w/out-74.log", "ExitCode": "0:0"}
+    base.update(kv)
+    return base
+
+
+def test_a_controller_record_is_read_with_the_user_and_the_array_task():
+    r = logs.record_from_controller(controller(JobId="73", ArrayJobId="72", ArrayTaskId="1"))
+    assert (r.slurm_id, r.job_id, r.array_job_id, r.array_task, r.user) == ("72_1", "73", "72", 1, "bob")
+    ended = logs.record_from_controller(controller(JobState="FAILED", ExitCode="7:0"))
+    assert (ended.exit_code, ended.signal, logs.exit_status(ended)) == (7, None, 7)
+    killed = logs.record_from_controller(controller(JobState="CANCELLED", ExitCode="0:15"))
+    assert logs.exit_status(killed) == 128 + 15
+
+
+def test_an_accounting_row_without_the_output_name_says_so():
+    row = {"JobID": "72_3", "JobIDRaw": "80", "JobName": "t", "User": "bob", "State": "CANCELLED by 0",
+           "ExitCode": "0:0", "NodeList": "an1", "WorkDir": "/w"}
+    r = logs.record_from_accounting(row)
+    assert (r.slurm_id, r.job_id, r.array_task, r.state, r.stdout) == ("72_3", "80", 3, "CANCELLED", None)
+    assert logs.file_pattern(r) is None
+
+
+def test_the_pattern_gets_what_is_known_and_keeps_the_nodes_and_ranks():
+    r = logs.record_from_controller(controller(StdOut="o-%x-%4j-%u-%r.log", Restarts="2"))
+    assert logs.file_pattern(r) == "/w/o-train-0074-bob-2.log"
+    assert logs.file_pattern(r, attempt_restarts=0) == "/w/o-train-0074-bob-0.log"
+    per_rank = logs.record_from_controller(controller(StdOut="/o/%j-%s-%N-%t.log"))
+    assert logs.file_pattern(per_rank) == "/o/74-%s-%N-%t.log"       # the steps' files too
+    single = logs.record_from_controller(controller(StdOut="/o/%J-%s.log"))
+    assert logs.file_pattern(single) == "/o/74-batch.log"
+    task = logs.record_from_controller(controller(JobId="90", ArrayJobId="88", ArrayTaskId="13",
+                                                  StdOut="/o/%A-%a-%b-%3a.log", StdErr="/o/%A-%a.err"))
+    assert logs.file_pattern(task) == "/o/88-13-3-013.log"
+    assert logs.file_pattern(task, "err") == "/o/88-13.err"
+    assert logs.file_pattern(logs.record_from_controller(controller(StdOut="/o/a\\%j"))) == "/o/a%j"
+
+
+def test_per_rank_files_are_found_labelled_in_order_and_literal_glob_characters_stay_literal(tmp_path):
+    for name in ("74-batch-0.log", "74-0-1.log", "74-0-0.log", "74-0-10.log", "75-0-0.log", "74-0-x.log"):
+        (tmp_path / name).write_text(name)
+    found = logs.existing_files(ClusterFiles(), str(tmp_path / "74-%s-%t.log"))
+    assert [(f.label, f.path.rsplit("/", 1)[1]) for f in found] == [
+        ("batch", "74-batch-0.log"), ("rank 0", "74-0-0.log"), ("rank 1", "74-0-1.log"), ("rank 10", "74-0-10.log")]
+    (tmp_path / "a*b-0.log").write_text("x")
+    (tmp_path / "aXb-0.log").write_text("x")
+    odd = logs.existing_files(ClusterFiles(), str(tmp_path / "a*b-%t.log"))
+    assert [f.path.rsplit("/", 1)[1] for f in odd] == ["a*b-0.log"]
+    with pytest.raises(UsageError, match="directory's name"):
+        logs.existing_files(ClusterFiles(), str(tmp_path / "%N" / "out.log"))
+
+
+def test_the_last_lines_come_from_a_window_that_grows_until_it_holds_them(tmp_path, monkeypatch):
+    path = tmp_path / "big.log"
+    path.write_text("".join("line %05d\n" % i for i in range(20000)))
+    monkeypatch.setattr(logs, "WINDOW_START", 64)
+    asked = []
+    files = ClusterFiles()
+    real = files.window
+    files.window = lambda p, size: asked.append(size) or real(p, size)
+    size, text = logs.last_lines(files, str(path), 30)
+    assert size == path.stat().st_size
+    assert text.splitlines() == ["line %05d" % i for i in range(19970, 20000)]
+    assert asked == [64, 256, 1024]          # three reads from the end, none of the whole file
+    assert logs.last_lines(files, str(tmp_path / "none"), 3) is None
+    assert logs.last_lines(files, str(path), 0) == (size, "")
+
+
+def test_labelled_lines_are_whole_even_when_a_read_ends_mid_line():
+    out = []
+    writer = logs.LineWriter(out.append, "rank 1")
+    writer.write("a\nb")
+    writer.write("c\nd")
+    writer.write("", final=True)
+    assert "".join(out) == "[rank 1] a\n[rank 1] bc\n[rank 1] d\n"
+
+
+class Backend:
+    """Answers ``job_records`` from a script of states; counts the questions."""
+
+    def __init__(self, states):
+        self.states, self.asked = list(states), 0
+
+    def job_records(self, job_id):
+        self.asked += 1
+        kv = self.states[0] if len(self.states) == 1 else self.states.pop(0)
+        return [kv] if kv else []
+
+    def accounting_records(self, job_id):
+        return None
+
+    def has_accounting(self):
+        return False
+
+
+class Session:
+    def __init__(self, backend):
+        self._backend = backend
+
+    def backend(self, cluster):
+        return self._backend
+
+    def files(self, cluster):
+        return ClusterFiles()
+
+
+def located_for(backend, out_path):
+    record = logs.record_from_controller(backend.states[0])
+    return logs.Located(logs.LogRef("alpha", "74"), record, [logs.LogFile(str(out_path))], str(out_path), 1, 1, "")
+
+
+def test_a_follow_waits_while_pending_reads_as_the_file_grows_and_ends_with_the_jobs_status(tmp_path):
+    out_path = tmp_path / "out-74.log"
+    states = [controller(JobState="PENDING", Reason="Priority", StdOut=str(out_path))] * 3 + \
+             [controller(JobState="RUNNING", StdOut=str(out_path))] * 4 + \
+             [controller(JobState="FAILED", ExitCode="3:0", StdOut=str(out_path))]
+    backend, clock, printed, said = Backend(states), FakeClock(), [], []
+    clock.call_after(6.5, lambda: out_path.write_text("one\n"))
+    clock.call_after(9.0, lambda: out_path.write_text("one\ntwo\n"))
+    code = logs.follow(Session(backend), located_for(backend, out_path), printed.append, said.append, clock=clock)
+    assert code == 3
+    assert "".join(printed) == "one\ntwo\n"
+    assert said[0] == "alpha:74 is PENDING (Priority): waiting for it to start; its output goes to %s" % out_path
+    assert said[-1] == "alpha:74 is FAILED"
+    # The state is asked every STATE_EVERY_S, not every read.
+    assert backend.asked == 8 and clock.monotonic() - 1000.0 >= 7 * logs.STATE_EVERY_S
+
+
+def test_a_file_a_requeue_truncated_is_read_again_from_its_start(tmp_path):
+    out_path = tmp_path / "out-74.log"
+    out_path.write_text("first attempt, long line\n")
+    states = [controller(StdOut=str(out_path))] * 3 + [controller(JobState="PENDING", Reason="BeginTime",
+                                                                  StdOut=str(out_path))] + \
+             [controller(StdOut=str(out_path), Restarts="1")] * 2 + \
+             [controller(JobState="COMPLETED", StdOut=str(out_path), Restarts="1")]
+    backend, clock, printed, said = Backend(states), FakeClock(), [], []
+    clock.call_after(5.0, lambda: out_path.write_text("second\n"))
+    code = logs.follow(Session(backend), located_for(backend, out_path), printed.append, said.append, clock=clock)
+    assert code == 0
+    assert "".join(printed) == "first attempt, long line\nsecond\n"
+    assert any("was truncated (the job was requeued)" in line for line in said)
+
+
+def test_a_job_forgotten_between_two_polls_ends_the_follow(tmp_path):
+    out_path = tmp_path / "out-74.log"
+    out_path.write_text("all\n")
+    backend, clock, printed, said = Backend([controller(StdOut=str(out_path)), {}]), FakeClock(), [], []
+    assert logs.follow(Session(backend), located_for(backend, out_path), printed.append, said.append,
+                       clock=clock) == 1
+    assert "".join(printed) == "all\n" and "no longer known" in said[-1]
