@@ -34,6 +34,8 @@ from slurmkit.errors import UsageError
 _PROBE = ("import json, os, sys\ntry:\n import cloudpickle; c = cloudpickle.__version__\nexcept ImportError:\n c = None\n"
           "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'cloudpickle': c, "
           "'home': os.path.expanduser('~')}))")
+# Seconds before the time limit that Slurm sends a checkpointable call's task USR1: submitit's.
+CHECKPOINT_SIGNAL_S = 90
 # submitit's AutoExecutor(cluster=...) names environments; these mean "the site's Slurm".
 _SUBMITIT_SLURM = ("slurm",)
 _SUBMITIT_OTHER = ("local", "debug")
@@ -51,6 +53,12 @@ def open_session(site=None):
     if not name:
         raise UsageError("no site given: pass site=NAME|PATH to the executor, or set SLURMKIT_SITE")
     return Session(find_site(str(name)))
+
+
+def checkpointable(fn) -> bool:
+    """Whether ``fn`` answers submitit's checkpoint protocol (``__submitit_checkpoint__`` or
+    ``checkpoint``, as :class:`slurmkit.helpers.Checkpointable` has)."""
+    return callable(getattr(fn, "__submitit_checkpoint__", None) or getattr(fn, "checkpoint", None))
 
 
 class ClusterPlace:
@@ -238,6 +246,11 @@ class Executor:
                              % (nodes * tasks_per_node))
         fields.setdefault("name", getattr(fn, "__name__", "call")[:64] or "call")
         fields.setdefault("gpus_per_node", 0)
+        if fields.get("requeue") is not False and checkpointable(fn):
+            # Slurm's USR1 before the time limit, where the call's task gets it: the batch shell is the
+            # task with template single (it execs the Python), srun's tasks are a step otherwise.
+            fields["requeue"] = True
+            fields["signal"] = "%sUSR1@%d" % ("B:" if template == "single" else "", CHECKPOINT_SIGNAL_S)
         shape = JobSpec(command=("true",), template=template,
                         procs_per_node=tasks_per_node if template == "srun" else None, **fields)
         return shape, request.partition, nodes * tasks_per_node
@@ -260,7 +273,8 @@ class Executor:
         for size in sizes:
             token = jobs.new_token()
             files = cluster_paths(place.folder, token, array=array)
-            spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"]),
+            spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"],
+                                           files["checkpoint"]),
                                   output=files["log"], token=token, array="0-%d" % (size - 1) if array else None)
             store.write(files["call"], payload.dump_calls(fn, calls[start:start + size], array=array))
             try:

@@ -37,10 +37,12 @@ class JobPaths(NamedTuple):
 
 def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:
     """The job's files in its cluster folder, named by its token (known before sbatch gives an id);
-    an array's calls are one file, its outcomes and logs one per task (``%a``: the task's index)."""
+    an array's calls are one file, its outcomes, logs and checkpoints one per task (``%a``: the task's
+    index).  The checkpoint is the call a checkpointed task left for its restart."""
     base = "%s/%s" % (cluster_folder.rstrip("/") or "/", token)
     each = base + ("_%a" if array else "")
-    return {"call": base + "_call.txt", "result": each + "_%t_result.txt", "log": each + "_log.out"}
+    return {"call": base + "_call.txt", "result": each + "_%t_result.txt", "log": each + "_log.out",
+            "checkpoint": each + "_checkpoint.txt"}
 
 
 class Seen(NamedTuple):

@@ -6,7 +6,10 @@ vocabularies, as in submitit: :class:`~slurmkit.api.executor.AutoExecutor` takes
 generic names (``timeout_min``, ``tasks_per_node``, ``mem_gb``, ...) and Slurm's under
 ``slurm_``; :class:`~slurmkit.api.executor.SlurmExecutor` takes Slurm's without it
 (``time``, ``ntasks_per_node``, ``mem``, ...).  Plus what slurmkit adds: ``comm``,
-``template``, ``image``, ``mounts``, ``env``.
+``template``, ``image``, ``mounts``, ``env``, and ``auto_requeue`` (True: sbatch ``--requeue``,
+Slurm restarts the job after a preemption or a node failure, and a checkpointable call is
+restarted from its checkpoint; False: ``--no-requeue``, and no checkpoint is asked for; not
+given: the cluster's default, and a checkpointable call asks for ``--requeue``).
 
 ``slurm_setup`` (``setup`` for the SlurmExecutor), as in submitit: lines of shell that the batch
 script runs before the call starts (``module load``, ``source venv/bin/activate``), printed as
@@ -32,7 +35,7 @@ GENERIC = {"timeout_min": "time", "nodes": "nodes", "tasks_per_node": "ntasks_pe
 SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "job_name",
          "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters", "setup")
 # slurmkit's own, the same in both.
-OWN = ("comm", "template", "image", "mounts", "env")
+OWN = ("comm", "template", "image", "mounts", "env", "auto_requeue")
 ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive")
 _MEM_RE = re.compile(r"[1-9][0-9]{0,8}[KMGT]?", re.ASCII)
 
@@ -128,6 +131,11 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
             fields["exclusive"] = bool(value)
         elif key == "mounts":
             fields["mounts"] = _strings(key, value)
+        elif key == "auto_requeue":
+            if not isinstance(value, bool):
+                raise UsageError("executor parameter auto_requeue=%r: give True (Slurm restarts the job after a "
+                                 "preemption, a node failure or a checkpoint) or False (never)" % (value,))
+            fields["requeue"] = value
         elif key == "setup":
             fields["setup"] = _lines(value)
         elif key == "env":

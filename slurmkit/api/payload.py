@@ -9,10 +9,25 @@ header says which Python and which cloudpickle pickled it; the outcome's says wh
 the call returned or raised, with the exception's type, message and formatted traceback
 (readable even where the exception itself cannot be unpickled here).
 
-:data:`BOOTSTRAP` is the program each task runs (``PYTHON -c BOOTSTRAP CALL RESULT``): it
-needs cloudpickle on the nodes, not slurmkit, and turns every way of failing before the
+:data:`BOOTSTRAP` is the program each task runs (``PYTHON -c BOOTSTRAP CALL RESULT CHECKPOINT``):
+it needs cloudpickle on the nodes, not slurmkit, and turns every way of failing before the
 call (no cloudpickle, another Python, a call that cannot be unpickled) into an outcome
 with one sentence saying what to do, instead of a traceback in the job's log only.
+
+Checkpointing, submitit's protocol on Slurm's own requeue: when the callable has
+``__submitit_checkpoint__`` or ``checkpoint`` (:class:`slurmkit.helpers.Checkpointable`),
+task 0 answers SIGUSR1 (the executor asks for it before the time limit, ``--signal``; a
+preemption or ``scancel --signal=USR1`` sends it too) by calling it with the call's
+arguments; the submission it returns is written as a calls file of one call at
+``CHECKPOINT`` (the task's own file, so an array's tasks never write one file; renamed into
+place, so a restart reads the old call or the new one, never half of one), then
+``scontrol requeue`` gives the job back to Slurm and the task exits 75 (slurmkit's "saved,
+resume me", :data:`slurmkit.requeue.daemon.EXIT_SAVED`).  Slurm starts the same job id
+again, so a :class:`~slurmkit.api.job.Job` follows it with nothing to learn, with or
+without the submitting process, over SSH or not; a task that finds ``CHECKPOINT`` runs
+that call instead of the submitted one.  Slurm's requeue and not the requeue daemon:
+the daemon restarts a failure as a *new* job from a checkpoint directory it reads
+itself, and none of that needs to happen for a call that saved its own state.
 """
 
 import base64
@@ -23,12 +38,16 @@ from typing import NamedTuple, Optional
 FORMAT = 1
 
 # The task side.  argv: the calls file, the outcome's file (%t: the task's rank, %a: the array task's
-# index).  Kept free of slurmkit imports: the nodes' Python need not have slurmkit.
+# index), the task's checkpoint (%a), optional.  Kept free of slurmkit imports: the nodes' Python need
+# not have slurmkit.
 BOOTSTRAP = r'''
-import base64, json, os, socket, sys, traceback
+import base64, json, os, signal, socket, subprocess, sys, traceback
 index = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
+rank = os.environ.get("SLURM_PROCID", "0")
 call_path = sys.argv[1]
-result_path = sys.argv[2].replace("%t", os.environ.get("SLURM_PROCID", "0")).replace("%a", index)
+result_path = sys.argv[2].replace("%t", rank).replace("%a", index)
+checkpoint_path = sys.argv[3].replace("%a", index) if len(sys.argv) > 3 else None
+resumed = bool(checkpoint_path) and os.path.exists(checkpoint_path)
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 def write(head, body=b""):
     head["format"] = 1
@@ -45,7 +64,7 @@ try:
 except ImportError:
     refuse("ImportError", "cloudpickle is not importable by %s on node %s: install it into that Python "
            "(pip install cloudpickle), or name another with the executor's python=" % (sys.executable, node))
-with open(call_path) as f:
+with open(checkpoint_path if resumed else call_path) as f:
     lines = f.read().split("\n")
 head = json.loads(lines[0])
 here = "%d.%d" % sys.version_info[:2]
@@ -59,6 +78,53 @@ try:
 except Exception as exc:
     refuse(type(exc).__name__, "the call could not be unpickled by %s on node %s: %s: %s (a module the "
            "function needs is not importable there?)" % (sys.executable, node, type(exc).__name__, exc))
+if resumed:
+    print("slurmkit: resuming from the checkpoint %s (restart %s)" % (checkpoint_path,
+          os.environ.get("SLURM_RESTART_COUNT", "?")), file=sys.stderr, flush=True)
+checkpointer = getattr(fn, "__submitit_checkpoint__", None) or getattr(fn, "checkpoint", None)
+def save_and_requeue(signum, frame):
+    # Task 0 saves and gives the job back for every task (Slurm requeues the whole job).
+    print("slurmkit: SIGUSR1 on node %s: checkpointing the call" % node, file=sys.stderr, flush=True)
+    try:
+        delayed = checkpointer(*args, **kwargs)
+    except BaseException as exc:
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        write({"outcome": "error", "type": type(exc).__name__, "message": "checkpoint() raised %s: %s (the job is "
+               "not restarted)" % (type(exc).__name__, exc), "traceback": tb})
+        sys.stderr.flush()
+        os._exit(1)
+    if delayed is None:
+        print("slurmkit: checkpoint() returned None: the job is not restarted", file=sys.stderr, flush=True)
+        return
+    head = {"format": 1, "python": here, "cloudpickle": cloudpickle.__version__, "array": False, "calls": 1,
+            "checkpoint": True}
+    text = "\n".join([json.dumps(head), base64.b64encode(cloudpickle.dumps(delayed.function)).decode("ascii"),
+                      base64.b64encode(cloudpickle.dumps((tuple(delayed.args), dict(delayed.kwargs)))).decode("ascii")])
+    tmp = "%s.tmp.%d" % (checkpoint_path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, checkpoint_path)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        job = "%s_%s" % (os.environ["SLURM_ARRAY_JOB_ID"], index)
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        why = done.stderr.strip() if done.returncode else ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = str(exc)
+    if why:
+        print("slurmkit: the call is saved in %s, but scontrol requeue %s failed (%s): the job is not restarted; "
+              "submit the saved call again, or allow requeues (auto_requeue=True)" % (checkpoint_path, job, why),
+              file=sys.stderr, flush=True)
+    else:
+        print("slurmkit: saved in %s; job %s requeued" % (checkpoint_path, job), file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(75)      # EXIT_SAVED; not sys.exit: the call's own except clauses must not catch it
+if checkpoint_path and callable(checkpointer):
+    signal.signal(signal.SIGUSR1, save_and_requeue if rank == "0" else signal.SIG_IGN)
 try:
     value = fn(*args, **kwargs)
 except BaseException as exc:
@@ -95,6 +161,9 @@ def dump_calls(fn, calls, array: bool = False) -> str:
     ``(args, kwargs)``; ``array``: array task ``i`` runs call ``i``, else the one call runs."""
     import cloudpickle
 
+    if "slurmkit.helpers" in sys.modules:
+        # Checkpointable and DelayedSubmission travel with the call: the nodes need no slurmkit.
+        cloudpickle.register_pickle_by_value(sys.modules["slurmkit.helpers"])
     calls = [(tuple(args), dict(kwargs)) for args, kwargs in calls]
     if not array and len(calls) != 1:
         raise ValueError("a calls file of a job that is no array holds one call")

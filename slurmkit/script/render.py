@@ -86,6 +86,7 @@ COMM_MODES = ("heavy", "light")
 _PYTHON_RE = re.compile(r"python[0-9.]*", re.ASCII)
 _UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_SIGNAL_RE = re.compile(r"(?:B:)?USR[12]@[0-9]{1,5}", re.ASCII)
 _SBATCH_PLAIN_RE = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+", re.ASCII)
 # A --constraint slurmkit can add a switch group to: node features joined by
 # '&' (AND).  Slurm takes "a&b&[g1|g2]"; an OR, brackets or counts of the
@@ -142,6 +143,10 @@ class JobSpec(NamedTuple):
     array: Optional[str] = None              # sbatch --array: the Python API's map_array ("0-49")
     # The job's own shell lines before the launch (the Python API's slurm_setup), printed as written.
     setup: Tuple[str, ...] = ()
+    # The Python API's checkpointing (slurmkit.api.payload): sbatch --requeue (True) / --no-requeue (False),
+    # and --signal ([B:]USR1@SECONDS).  A job under the requeue daemon has its own (checkpoint_dir).
+    requeue: Optional[bool] = None
+    signal: Optional[str] = None
 
 
 class ContainerLaunch(NamedTuple):
@@ -497,11 +502,21 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     if spec.exclude:
         opts.append(("--exclude", ",".join(spec.exclude)))
     if spec.checkpoint_dir is not None:
+        if spec.requeue or spec.signal:
+            raise UsageError("a job under the requeue daemon (a checkpoint directory) is restarted by the daemon: "
+                             "it takes no requeue or signal of its own")
         # The daemon restarts failures as new jobs (from a checkpoint, off bad nodes);
         # Slurm's own requeue would restart the same failure a second time.
         opts.append(("--no-requeue", None))
         # Time to save before the time limit: the batch shell gets USR1 and passes it on.
         opts.append(("--signal", "B:USR1@%d" % site.requeue.signal_grace))
+    else:
+        if spec.requeue is not None:
+            opts.append(("--requeue" if spec.requeue else "--no-requeue", None))
+        if spec.signal is not None:
+            if not _SIGNAL_RE.fullmatch(spec.signal):
+                raise UsageError("signal %r: give [B:]USR1@SECONDS or [B:]USR2@SECONDS" % spec.signal)
+            opts.append(("--signal", spec.signal))
     if spec.exclusive:
         opts.append(("--exclusive", None))
     opts.append(("--output", spec.output or output_file_name(name)))

@@ -255,3 +255,44 @@ def test_slurm_setup_lines_run_in_the_batch_script_before_the_call(executor, tmp
 
     job = executor.submit(seen)
     assert job.result() == ("job %s" % job.job_id.split(":")[1], str(where))
+
+
+# Slurm holds a requeued job until its launch credential has expired (120 s unless the site's
+# AuthInfo cred_expire says otherwise: the devclusters keep the default), then schedules it (backfill
+# every 5 s here) and it starts: the deadline for a restart to be seen through.
+REQUEUE_HOLD_S = 120 + 1
+RESTART_DEADLINE_S = REQUEUE_HOLD_S + 60
+
+
+@pytest.mark.slow
+def test_a_checkpointable_call_sent_usr1_is_requeued_once_and_resumes_from_its_own_state(executor):
+    from harness import wait_until
+
+    from slurmkit.helpers import Checkpointable
+
+    class Count(Checkpointable):
+        def __init__(self):
+            self.step, self.starts = 0, []
+
+        def __call__(self, total, pause):
+            import time
+
+            self.starts.append(self.step)
+            while self.step < total:
+                if len(self.starts) == 1 and self.step == pause:
+                    print("paused at", self.step, flush=True)
+                    while True:             # until Slurm's USR1: the checkpoint saves this object as it is
+                        time.sleep(0.1)
+                self.step += 1
+            return {"step": self.step, "starts": self.starts, "restarts": os.environ.get("SLURM_RESTART_COUNT")}
+
+    executor.update_parameters(timeout_min=5)           # Slurm's own USR1 would come at 3.5 min: after the test
+    job = executor.submit(Count(), 20, 7)
+    slurm_id = job.job_id.split(":")[1]
+    assert job_info("alpha", slurm_id)["Requeue"] == "1"
+    wait_until(lambda: "paused at 7" in (job.stdout() or ""), 60, what="the call to reach its pause")
+    slurm("alpha", "scancel", "--signal=USR1", "--batch", slurm_id)
+    job.wait(timeout=RESTART_DEADLINE_S)
+    assert job.result() == {"step": 20, "starts": [0, 7], "restarts": "1"}     # continued from 7, not from 0
+    info = job_info("alpha", slurm_id)
+    assert info["Restarts"] == "1" and info["JobState"] == "COMPLETED" and job.job_id == "alpha:" + slurm_id

@@ -205,3 +205,121 @@ def test_the_tasks_of_many_arrays_cost_one_query_and_a_forgotten_array_is_read_f
     gamma.calls.clear()
     clock.sleep(1.0)
     assert watcher.info("gamma", "%s_0" % first).finished and gamma.calls == []   # all ended: not asked again
+
+
+# ---------------------------------------------------------------------------
+# Checkpointing: the real bootstrap, a stand-in scontrol that records what it was asked
+
+def _counter_class():
+    from slurmkit.helpers import Checkpointable
+
+    class Count(Checkpointable):
+        """Counts to ``total`` keeping its progress in itself; the first run waits at ``pause`` for USR1."""
+
+        def __init__(self):
+            self.step, self.starts = 0, []
+
+        def __call__(self, total, pause):
+            import time
+
+            self.starts.append(self.step)
+            while self.step < total:
+                if len(self.starts) == 1 and self.step == pause:
+                    print("paused", flush=True)
+                    while True:
+                        time.sleep(0.05)
+                self.step += 1
+            return {"step": self.step, "starts": self.starts, "restart": os.environ.get("SLURM_RESTART_COUNT")}
+
+    return Count
+
+
+def _stand_in_scontrol(tmp_path, status=0):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho \"$@\" >> %s\necho refused >&2\nexit %d\n"
+                                      % (tmp_path / "scontrol.log", status))
+    (bin_dir / "scontrol").chmod(0o755)
+    return dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_JOB_ID="4242", SLURM_PROCID="0")
+
+
+def _run_until_paused_then_usr1(argv, env):
+    import signal
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "paused\n"      # blocks until the call is at its pause
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
+def test_usr1_saves_the_callables_state_requeues_the_job_and_the_restart_continues(tmp_path):
+    env = _stand_in_scontrol(tmp_path)
+    (tmp_path / "call.txt").write_text(payload.dump_call(_counter_class()(), (10, 4), {}))
+    argv = [sys.executable, "-c", payload.BOOTSTRAP, str(tmp_path / "call.txt"), str(tmp_path / "r_%t.txt"),
+            str(tmp_path / "ckpt.txt")]
+    code, err = _run_until_paused_then_usr1(argv, env)
+    assert code == 75 and "job 4242 requeued" in err, err
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
+    assert not (tmp_path / "r_0.txt").exists()                  # no outcome: the job is not over
+    assert not list(tmp_path.glob("*.tmp.*"))                   # the checkpoint was renamed into place
+    # The restart (Slurm runs the same command again) runs the saved call: from step 4, not 0.
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(env, SLURM_RESTART_COUNT="1"), timeout=60)
+    assert proc.returncode == 0 and "resuming from the checkpoint" in proc.stderr, proc.stderr
+    outcome = payload.load_outcome((tmp_path / "r_0.txt").read_text())
+    assert outcome.value == {"step": 10, "starts": [0, 4], "restart": "1"}
+
+
+def test_a_refused_requeue_keeps_the_checkpoint_and_says_what_to_do(tmp_path):
+    env = _stand_in_scontrol(tmp_path, status=1)
+    (tmp_path / "call.txt").write_text(payload.dump_call(_counter_class()(), (10, 2), {}))
+    code, err = _run_until_paused_then_usr1([sys.executable, "-c", payload.BOOTSTRAP, str(tmp_path / "call.txt"),
+                                             str(tmp_path / "r_%t.txt"), str(tmp_path / "ckpt.txt")], env)
+    assert code == 75 and (tmp_path / "ckpt.txt").exists()
+    assert "scontrol requeue 4242 failed (refused): the job is not restarted" in err
+
+
+def test_submitit_checkpoint_is_asked_before_checkpoint_and_none_means_no_restart(tmp_path):
+    class Both:
+        def __call__(self):
+            print("paused", flush=True)
+            import time
+            time.sleep(1.0)
+            return "ran to the end"
+
+        def checkpoint(self):
+            raise AssertionError("checkpoint() asked though __submitit_checkpoint__ exists")
+
+        def __submitit_checkpoint__(self):
+            return None
+
+    env = _stand_in_scontrol(tmp_path)
+    (tmp_path / "call.txt").write_text(payload.dump_call(Both(), (), {}))
+    code, err = _run_until_paused_then_usr1([sys.executable, "-c", payload.BOOTSTRAP, str(tmp_path / "call.txt"),
+                                             str(tmp_path / "r_%t.txt"), str(tmp_path / "ckpt.txt")], env)
+    assert code == 0 and "checkpoint() returned None: the job is not restarted" in err, err
+    assert payload.load_outcome((tmp_path / "r_0.txt").read_text()).value == "ran to the end"
+    assert not (tmp_path / "scontrol.log").exists() and not (tmp_path / "ckpt.txt").exists()
+
+
+def test_a_checkpointable_call_asks_for_requeue_and_usr1_and_auto_requeue_false_for_neither():
+    from slurmkit.api.executor import AutoExecutor, CHECKPOINT_SIGNAL_S
+
+    ex = AutoExecutor.__new__(AutoExecutor)          # _shape reads only the parameters
+    ex.parameters = {}
+    shape, _, _ = ex._shape(_counter_class()())
+    assert (shape.requeue, shape.signal) == (True, "B:USR1@%d" % CHECKPOINT_SIGNAL_S)   # one task: the batch shell
+    ex.parameters = {"nodes": 2}
+    assert ex._shape(_counter_class()())[0].signal == "USR1@%d" % CHECKPOINT_SIGNAL_S    # srun's tasks: a step
+    ex.parameters = {"auto_requeue": False}
+    shape = ex._shape(_counter_class()())[0]
+    assert (shape.requeue, shape.signal) == (False, None)
+    ex.parameters = {}
+    shape = ex._shape(len)[0]
+    assert (shape.requeue, shape.signal) == (None, None)              # not checkpointable: the cluster's default
+    with pytest.raises(UsageError, match="auto_requeue='yes': give True"):
+        params.request({"auto_requeue": "yes"}, True)

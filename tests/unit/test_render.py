@@ -632,3 +632,16 @@ def test_a_setup_line_with_a_line_break_is_refused(line):
     site = _site("example-infiniband.yaml")
     with pytest.raises(UsageError, match="slurm_setup: .* holds a line break"):
         _render_default(site, SPEC._replace(comm="light", setup=("true", line)), None)
+
+
+def test_requeue_and_signal_become_their_sbatch_lines_and_a_bad_signal_is_refused():
+    site = _site("example-infiniband.yaml")
+    spec = SPEC._replace(comm="light", requeue=True, signal="B:USR1@90")
+    script = _render_default(site, spec, None).script
+    assert "#SBATCH --requeue\n" in script and "#SBATCH --signal=B:USR1@90\n" in script
+    assert "#SBATCH --no-requeue\n" in _render_default(site, spec._replace(requeue=False, signal=None), None).script
+    for bad in ("KILL@1", "USR1@90;id", "USR1"):
+        with pytest.raises(UsageError, match="give \\[B:\\]USR1@SECONDS"):
+            _render_default(site, spec._replace(signal=bad), None)
+    with pytest.raises(UsageError, match="restarted by the daemon"):
+        _render_default(site, spec._replace(checkpoint_dir="/ckpt"), None)
