@@ -28,6 +28,7 @@ COMMANDS = {
     "jobs": "slurmkit.cli.requeue_commands:jobs",
     "sweep": "slurmkit.cli.sweep_commands:sweep",
     "logs": "slurmkit.cli.observe_commands:logs",
+    "why": "slurmkit.cli.observe_commands:why",
 }
 
 

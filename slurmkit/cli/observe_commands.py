@@ -1,11 +1,11 @@
-"""The researcher's day after submit: ``logs`` (and, next, ``why`` and ``eff``).  Thin: each parses its
+"""The researcher's day after submit: ``logs`` and ``why`` (next: ``eff``).  Thin: each parses its
 options, calls ``slurmkit.observe``, prints."""
 
 import sys
 
 import click
 
-from slurmkit.cli.options import CONTEXT, pass_session, site_option
+from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
 
 
 @click.command(context_settings=CONTEXT)
@@ -77,3 +77,38 @@ def _writer():
         sys.stdout.write(text)
         sys.stdout.flush()
     return out
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+@click.option("--here", is_flag=True, help="Do not ask the site's other clusters when they would start it.")
+@click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
+              help="The requeue journal that knows whether the daemon restarted it (default: the daemon's).")
+@json_option
+@click.argument("job_id", metavar="JOB")
+@pass_session
+def why(session, here, journal, as_json, job_id):
+    """Why a job (CLUSTER:JOBID[_TASK]) has not started, or what ended it.
+
+    Pending: Slurm's reason in plain words and what to do, the start
+    estimate, its priority and place in the partition, the --switches wait
+    left, and when every other cluster of the site would start the same job
+    (sbatch --test-only). Ended: what ended it, the last lines of its error
+    output, and whether the requeue daemon restarted it.
+
+    \b
+    Examples:
+      slurmkit why alpha:1234
+      slurmkit why --json beta:48213_7
+    """
+    from slurmkit.observe import logs as logs_library
+    from slurmkit.observe import why as library
+
+    ref = logs_library.parse_log_ref(job_id, session)
+    answer = library.why(session, ref, journal_path=journal, ask_elsewhere=not here)
+    if as_json:
+        print_json(answer.data)
+    else:
+        for line in answer.lines:
+            click.echo(line)
+    return 0

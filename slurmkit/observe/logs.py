@@ -164,9 +164,17 @@ def record_from_accounting(row: Dict[str, str]) -> JobRecord:
         source="accounting")
 
 
-def job_records(backend, slurm_id: str) -> List[JobRecord]:
-    """The job (an array's id: each task) from the controller, else from accounting; [] if neither knows it."""
+def job_records(backend, slurm_id: str, patterns: bool = False) -> List[JobRecord]:
+    """The job (an array's id: each task) from the controller, else from accounting; [] if neither knows it.
+
+    ``patterns``: a single job's output and error patterns as submitted (one squeue more): 26.05's
+    scontrol prints them filled in for the batch step alone (``%t`` as 0, ``%N`` as its first node),
+    which would hide the files of the job's other ranks and nodes."""
     found = [record_from_controller(kv) for kv in backend.job_records(slurm_id)]
+    if found and patterns and len(found) == 1:
+        raw = backend.output_patterns(found[0].slurm_id)
+        if raw is not None:
+            found[0] = found[0]._replace(stdout=raw[0] or found[0].stdout, stderr=raw[1])
     if found:
         return found
     rows = backend.accounting_records(slurm_id) or []
@@ -271,7 +279,7 @@ def existing_files(files, path: str) -> List[LogFile]:
 
 # --- locating ---------------------------------------------------------------------------------------
 
-def _tracked_attempts(ref: LogRef, journal_path: Optional[str]):
+def tracked_job(ref: LogRef, journal_path: Optional[str]):
     """The requeue daemon's chain the job belongs to (its Tracked record), or None."""
     from slurmkit.requeue.journal import Journal, default_path
 
@@ -292,7 +300,7 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
            rank: Optional[int] = None, journal_path: Optional[str] = None) -> Located:
     """Where ``ref``'s output is (see the module's docstring).  Raises SlurmkitError when nothing
     knows the job, or when the job's record keeps no file name and slurmkit has none either."""
-    tracked = _tracked_attempts(ref, journal_path)
+    tracked = tracked_job(ref, journal_path)
     attempts, chosen = 1, None
     if tracked is not None:
         submitted = [a for a in tracked.attempts if a.job_id]
@@ -307,7 +315,7 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
         ref = parse_log_ref("%s:%s" % (pick.cluster, pick.job_id), session)
         chosen = pick.number
     backend = session.backend(ref.cluster)
-    records = job_records(backend, ref.slurm_id)
+    records = job_records(backend, ref.slurm_id, patterns=True)
     if not records:
         raise SlurmkitError("job %s is not known to cluster %s%s" % (
             ref, ref.cluster, "" if backend.has_accounting() else
@@ -540,7 +548,8 @@ def _follow_one(session, located: Located, out, say, lines, clock) -> Tuple[int,
                 for tail in tails.values():
                     tail.finish()
                 return 1, record
-            record = found[0]
+            # The patterns as submitted, from locate (a poll's are 26.05's filled-in ones).
+            record = found[0]._replace(stdout=located.record.stdout, stderr=located.record.stderr)
             said = (record.state, record.reason)
             if said != last_said:
                 last_said = said

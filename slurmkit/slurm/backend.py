@@ -15,7 +15,7 @@ one ``sacct`` for those squeue has forgotten), draining many nodes is one
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmCommandError, SlurmUnavailableError, UsageError
 from slurmkit.slurm import commands, parsers
@@ -87,10 +87,24 @@ class SlurmBackend:
         task), as ``scontrol show job`` prints it: one RPC; empty once the controller forgot the job."""
         raise NotImplementedError
 
+    def output_patterns(self, job_id: str) -> Optional[Tuple[Optional[str], Optional[str]]]:
+        """The job's --output and --error patterns as submitted (relative ones to its working
+        directory), while the controller knows it: one RPC; None once it forgot the job."""
+        raise NotImplementedError
+
     def accounting_records(self, job_id: str) -> Optional[List[Dict[str, str]]]:
         """The job's (an array's: every task's) rows in accounting, fields ``commands.SACCT_RECORD_FIELDS``
         (22.05: without StdOut, StdErr, Restarts and FailedNode, which it does not keep); None where the
         cluster keeps no accounting."""
+        raise NotImplementedError
+
+    def pending_priorities(self, partition: str) -> List[Tuple[str, int]]:
+        """The partition's pending jobs and their priorities, in one RPC: [(job id, priority)]."""
+        raise NotImplementedError
+
+    def priority_factors(self, job_id: str) -> Optional[Dict[str, int]]:
+        """sprio's weighted factors of a pending job; None where the priority plugin keeps none
+        (priority/basic) or the job is not pending."""
         raise NotImplementedError
 
     def accounting_since(self, seconds_ago: float, user: Optional[str] = None) -> List[JobInfo]:
@@ -312,16 +326,36 @@ class CommandBackend(SlurmBackend):
             return []
         return parsers.parse_job_records(self.checked(result, "scontrol show job").stdout)
 
+    def output_patterns(self, job_id):
+        result = self._run(commands.squeue_output_patterns(job_id))
+        if not result.ok and "Invalid job id" in result.stderr:
+            return None
+        line = self.checked(result, "squeue").stdout.strip("\n").split("\n")[0]
+        if not line:
+            return None
+        out, _, err = line.partition(commands.SQUEUE_DELIMITER)
+        return (out.strip() or None, err.strip() or None)
+
     def accounting_records(self, job_id):
         if not self.has_accounting():
             return None
         fields = commands.SACCT_RECORD_FIELDS
         result = self._run(commands.sacct_records(job_id, fields))
-        if not result.ok and re.search(r"Invalid field|unrecognized option|invalid option", result.stderr):
-            # 22.05: no StdOut in accounting, no --expand-patterns
-            fields = commands.SACCT_RECORD_FIELDS_2205
-            result = self._run(commands.sacct_records(job_id, fields, expand=False))
+        if not result.ok and re.search(r"Invalid field", result.stderr):
+            fields = commands.SACCT_RECORD_FIELDS_2205     # 22.05: no StdOut in accounting
+            result = self._run(commands.sacct_records(job_id, fields))
         return parsers.parse_sacct_records(self.checked(result, "sacct").stdout, fields)
+
+    def pending_priorities(self, partition):
+        result = self.checked(self._run(commands.squeue_pending_priorities(partition)), "squeue")
+        return parsers.parse_pending_priorities(result.stdout)
+
+    def priority_factors(self, job_id):
+        result = self._run(commands.sprio(job_id))
+        if not result.ok and re.search(r"supported priority plugin|Unable to find jobs|Invalid job id",
+                                       result.stderr + result.stdout, re.I):
+            return None
+        return parsers.parse_sprio(self.checked(result, "sprio").stdout)
 
     def accounting_since(self, seconds_ago, user=None):
         result = self._run(commands.sacct_since(int(seconds_ago) + 1, user))

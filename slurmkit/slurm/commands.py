@@ -152,12 +152,28 @@ SACCT_RECORD_FIELDS_2205 = ("JobID", "JobIDRaw", "JobName", "User", "State", "Ex
                             "Start", "End", "Elapsed", "Timelimit", "Comment")
 
 
-def sacct_records(job_id: str, fields: Sequence[str] = SACCT_RECORD_FIELDS, expand: bool = True) -> List[str]:
-    """One job (or array: every task) from accounting, its own rows only.  ``expand``: sacct's
-    ``--expand-patterns`` (24.11 on), which writes StdOut/StdErr as the files' names."""
-    argv = ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=" + str(job_id),
+def sacct_records(job_id: str, fields: Sequence[str] = SACCT_RECORD_FIELDS) -> List[str]:
+    """One job (or array: every task) from accounting, its own rows only.  StdOut and StdErr as given
+    (without ``--expand-patterns``, which fills %t and %N for the batch step only)."""
+    return ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=" + str(job_id),
             "--format=" + ",".join(fields)]
-    return argv + (["--expand-patterns"] if expand else [])
+
+
+def squeue_output_patterns(job_id: str) -> List[str]:
+    """The job's --output and --error patterns as given (``STDOUT``, ``STDERR``): 26.05's scontrol prints
+    them expanded for the batch step only (%t as 0, %N as its first node), which hides the per-rank files."""
+    return ["squeue", "--noheader", "--local", "--states=all", "--jobs=" + str(job_id),
+            "--Format=STDOUT:0%s,STDERR:0" % SQUEUE_DELIMITER]
+
+
+def squeue_pending_priorities(partition: str) -> List[str]:
+    """The partition's pending jobs with their priority, ``ID|PRIORITY`` per line (one RPC)."""
+    return ["squeue", "--noheader", "--local", "--states=PENDING", "--partition=" + partition, "--format=%i|%Q"]
+
+
+def sprio(job_id: str) -> List[str]:
+    """A pending job's priority and its factors (age, fair-share, job size, partition, QOS)."""
+    return ["sprio", "--noheader", "--jobs=" + str(job_id), "--format=%Y|%A|%F|%J|%P|%Q"]
 
 
 def scancel(job_ids: Iterable[str]) -> List[str]:

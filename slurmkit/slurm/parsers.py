@@ -395,6 +395,26 @@ def parse_sacct_records(text: str, fields: Sequence[str]) -> List[Dict[str, str]
     return rows
 
 
+def parse_pending_priorities(text: str) -> List[Tuple[str, int]]:
+    """``squeue --format=%i|%Q`` lines as (job id, priority)."""
+    rows = []
+    for line in text.splitlines():
+        job, _, priority = line.strip().partition("|")
+        if job and priority.isdigit():
+            rows.append((job, int(priority)))
+    return rows
+
+
+def parse_sprio(text: str) -> Optional[Dict[str, int]]:
+    """``sprio --format=%Y|%A|%F|%J|%P|%Q``'s line as {factor: weighted value}; None when it printed none."""
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 6 and all(p.strip().lstrip("-").isdigit() for p in parts):
+            keys = ("priority", "age", "fairshare", "jobsize", "partition", "qos")
+            return dict(zip(keys, (int(p) for p in parts)))
+    return None
+
+
 def parse_topology(text: str) -> "Topology":
     from slurmkit.slurm.types import Switch, Topology
 

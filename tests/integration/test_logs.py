@@ -8,11 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import sbatch, slurm, wait_job_state
 from harness import one_error_line, run_slurmkit, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_job(devcluster, tmp_path_factory):
+    """A 1-minute job, submitted before the module's first test: the last one asks why it ended."""
+    out = tmp_path_factory.mktemp("timeout")
+    job = sbatch("alpha", "-t", "1", "-o", str(out / "t-%j.out"), "--wrap", "sleep 600")
+    yield job
+    slurm("alpha", "scancel", job, check=False)
 
 
 def slurmkit(*args, env=None):
@@ -151,3 +162,64 @@ def test_bad_references_are_one_line(devcluster):
     assert bad.returncode == 2 and "is not a job id" in one_error_line(bad.stderr)
     unknown = slurmkit("logs", "alpha:99999999")
     assert unknown.returncode == 1 and "not known to cluster alpha" in one_error_line(unknown.stderr)
+
+
+# --- slurmkit why -----------------------------------------------------------------------------------
+
+def why(*args, env=None):
+    proc = slurmkit("why", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_why_a_job_held_by_begin_says_until_when_how_to_start_it_and_when_the_other_clusters_would(
+        devcluster, tmp_path):
+    job = sbatch("alpha", "--begin=now+3600", "-t", "10", "-N", "1", "-o", str(tmp_path / "b-%j.out"),
+                 "--wrap", "true")
+    try:
+        text = why("alpha:" + job)
+        lines = text.splitlines()
+        assert lines[0].startswith("alpha:%s is PENDING: its --begin holds it until " % job)
+        assert lines[1] == "what to do: scontrol update jobid=%s StartTime=now starts it earlier" % job
+        # beta and gamma are idle: the same job would start there about an hour sooner
+        sooner = [ln for ln in lines if ln.startswith("on beta") or ln.startswith("on gamma")]
+        assert len(sooner) == 2 and all(" sooner (" in ln for ln in sooner), text
+        assert any(ln.startswith("to move it: slurmkit cancel alpha:%s && slurmkit submit --cluster " % job)
+                   for ln in lines), text
+        alone = why("--here", "alpha:" + job)
+        assert "on beta" not in alone and "to move it" not in alone
+    finally:
+        slurm("alpha", "scancel", job)
+
+
+def test_why_a_job_waiting_for_a_dependency_names_it(devcluster, tmp_path):
+    first = sbatch("alpha", "--begin=now+3600", "-o", str(tmp_path / "d-%j.out"), "--wrap", "true")
+    second = sbatch("alpha", "--dependency=afterok:" + first, "-o", str(tmp_path / "d-%j.out"), "--wrap", "true")
+    try:
+        wait_until(lambda: "Dependency" in slurm("alpha", "squeue", "-h", "-o", "%r", "-j", second).stdout, 30,
+                   what="the dependency reason")
+        text = why("--here", "alpha:" + second)
+        assert text.splitlines()[0] == ("alpha:%s is PENDING: it waits for its --dependency (afterok:%s(unfulfilled)) "
+                                        "to be met" % (second, first)), text
+    finally:
+        slurm("alpha", "scancel", first, second)
+
+
+def test_why_an_ended_job_says_its_status_its_error_lines_and_that_nothing_restarts_it(devcluster, tmp_path):
+    job = sbatch("alpha", "-o", str(tmp_path / "f-%j.out"), "-e", str(tmp_path / "f-%j.err"), "--wrap",
+                 "echo fine; echo 'ValueError: lr must be positive' >&2; exit 4")
+    wait_job_state("alpha", job, {"FAILED"}, timeout=60)
+    lines = why("alpha:" + job).splitlines()
+    assert lines[0] == "alpha:%s is FAILED: it exited with status 4" % job
+    assert lines[1] == "the last lines of %s:" % (tmp_path / ("f-%s.err" % job))
+    assert lines[2] == "  ValueError: lr must be positive"
+    assert lines[3].startswith("the requeue daemon does not track it")
+
+
+def test_why_a_job_that_reached_its_time_limit(time_limited_job):
+    # The module's last test: its job was submitted as the module started (Slurm checks time limits about
+    # once a minute, so a 1-minute job ends 60 to 120 s after it starts; the other tests ran meanwhile).
+    job = time_limited_job
+    wait_job_state("alpha", job, {"TIMEOUT"}, timeout=200, interval=2)
+    assert why("alpha:" + job).splitlines()[0] == (
+        "alpha:%s is TIMEOUT: it reached its time limit (00:01:00) and Slurm ended it" % job)

@@ -102,6 +102,9 @@ class Backend:
     def accounting_records(self, job_id):
         return None
 
+    def output_patterns(self, job_id):
+        return None
+
     def has_accounting(self):
         return False
 
