@@ -70,16 +70,18 @@ class Why(NamedTuple):
 
 
 def _limit_words(reason: str) -> Optional[str]:
-    """A QOS or association limit in words ("QOSMaxJobsPerUserLimit" -> "the QOS's limit of jobs per user")."""
+    """A QOS or association limit in words: "QOSMaxJobsPerUserLimit" -> "its QOS's limit of at most jobs
+    per user", "AssocGrpGRES" -> "its association's group limit on GRES"; None for other reasons."""
     import re
 
-    m = re.match(r"(QOS|Assoc)(Grp|Max)?(.*?)(Limit|MinutesLimit|RunMinutesLimit)?$", reason)
-    if not m or not (reason.startswith("QOS") or reason.startswith("Assoc")) or "Limit" not in reason:
+    m = re.fullmatch(r"(QOS|Assoc)(Grp|Max|Min)([A-Za-z]+?)(Limit)?", reason)
+    if not m:
         return None
     who = "its QOS's" if m.group(1) == "QOS" else "its association's"
-    scope = {"Grp": "group", "Max": "per-job or per-user"}.get(m.group(2) or "", "")
-    what = re.sub(r"(?<!^)([A-Z])", r" \1", m.group(3) or "").lower().strip()
-    return "%s %s limit on %s" % (who, scope, what) if scope else "%s limit on %s" % (who, what)
+    words = re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+", m.group(3))
+    what = " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in words)
+    kind = {"Grp": "group limit on", "Max": "limit of at most", "Min": "minimum of"}[m.group(2)]
+    return "%s %s %s" % (who, kind, what)
 
 
 def _fields(kv: Dict[str, str], job: str) -> Dict[str, str]:

@@ -164,3 +164,46 @@ def test_a_job_forgotten_between_two_polls_ends_the_follow(tmp_path):
     assert logs.follow(Session(backend), located_for(backend, out_path), printed.append, said.append,
                        clock=clock) == 1
     assert "".join(printed) == "all\n" and "no longer known" in said[-1]
+
+
+# --- why ---------------------------------------------------------------------------------------------
+
+def test_pending_reasons_are_plain_words_with_what_to_do():
+    from slurmkit.observe import why
+
+    meaning, todo = why.explain_pending_reason({"Reason": "BeginTime", "EligibleTime": "2026-12-04T23:00:00"}, "91")
+    assert meaning == "its --begin holds it until 2026-12-04T23:00:00"
+    assert todo == "scontrol update jobid=91 StartTime=now starts it earlier"
+    meaning, _ = why.explain_pending_reason({"Reason": "ReqNodeNotAvail, UnavailableNodes:an[1-2]"}, "9")
+    assert meaning == "nodes it needs are down, drained or reserved (an[1-2])"
+    meaning, todo = why.explain_pending_reason({"Reason": "QOSMaxJobsPerUserLimit", "QOS": "short"}, "9")
+    assert meaning == "its QOS's limit of at most jobs per user holds it (QOSMaxJobsPerUserLimit)"
+    assert "sacctmgr show qos short" in todo
+    meaning, _ = why.explain_pending_reason({"Reason": "AssocGrpGRES"}, "9")
+    assert meaning == "its association's group limit on GRES holds it (AssocGrpGRES)"
+    meaning, _ = why.explain_pending_reason({"Reason": "QOSGrpCPUMinutesLimit"}, "9")
+    assert meaning == "its QOS's group limit on CPU minutes holds it (QOSGrpCPUMinutesLimit)"
+    meaning, _ = why.explain_pending_reason({"Reason": "SomethingNew"}, "9")
+    assert meaning == "Slurm's reason is SomethingNew"
+
+
+def test_the_switch_wait_left_is_counted_from_when_the_job_became_eligible():
+    from datetime import datetime
+
+    from slurmkit.observe import why
+
+    kv = {"Switches": "1@00:05:00", "EligibleTime": "2026-12-04T22:00:00"}
+    assert why.switch_wait(kv, datetime(2026, 12, 4, 22, 2, 0)) == (
+        "it asked for 1 leaf switch(es) and waits for them at most 5 min; 3 min of that wait is left, then it "
+        "takes any nodes")
+    assert "once it is eligible" in why.switch_wait(kv, datetime(2026, 12, 4, 21, 0, 0))
+    assert why.switch_wait({"Switches": "(null)"}, datetime(2026, 12, 4)) is None
+
+
+def test_the_job_asked_of_other_clusters_has_its_nodes_gpus_and_time():
+    from slurmkit.observe import why
+
+    spec = why.spec_of({"NumNodes": "2", "TRES": "cpu=16,mem=2G,node=2,billing=16,gres/gpu=8",
+                        "TimeLimit": "02:00:00", "JobName": "train"})
+    assert (spec.nodes, spec.gpus_per_node, spec.time, spec.name) == (2, 4, "02:00:00", "train")
+    assert why.spec_of({"NumNodes": "1", "TimeLimit": "UNLIMITED"}).time is None
