@@ -227,6 +227,9 @@ class Cluster(SlurmDaemons):
                 # Per-job CPU/memory samples from /proc (works in our UTS
                 # namespaces; linuxproc tracks the processes).
                 "JobAcctGatherType=jobacct_gather/linux",
+                # Count the accelerators in accounting, as a GPU site does: AllocTRES then carries
+                # gres/gpu=N, which `slurmkit eff` turns into GPU-hours.
+                "AccountingStorageTRES=gres/%s" % self.gres_name,
                 # Keep each job's --comment in the database: the requeue daemon finds an
                 # attempt by its token there once squeue has forgotten the job.
                 "AccountingStoreFlags=job_comment",

@@ -29,6 +29,7 @@ COMMANDS = {
     "sweep": "slurmkit.cli.sweep_commands:sweep",
     "logs": "slurmkit.cli.observe_commands:logs",
     "why": "slurmkit.cli.observe_commands:why",
+    "eff": "slurmkit.cli.observe_commands:eff",
 }
 
 

@@ -1,4 +1,4 @@
-"""The researcher's day after submit: ``logs`` and ``why`` (next: ``eff``).  Thin: each parses its
+"""The researcher's day after submit: ``logs``, ``why`` and ``eff``.  Thin: each parses its
 options, calls ``slurmkit.observe``, prints."""
 
 import sys
@@ -111,4 +111,38 @@ def why(session, here, journal, as_json, job_id):
     else:
         for line in answer.lines:
             click.echo(line)
+    return 0
+
+
+@click.command(context_settings=CONTEXT)
+@site_option
+@click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
+              help="The requeue journal that knows a restarted job's attempts (default: the daemon's).")
+@json_option
+@click.argument("job_id", metavar="JOB")
+@pass_session
+def eff(session, journal, as_json, job_id):
+    """What a job (CLUSTER:JOBID[_TASK], or an array's id) used against what it asked for.
+
+    Elapsed against the limit, CPU efficiency, peak memory, GPU-hours, GPU
+    utilisation and energy where the cluster's accounting records them,
+    summed over every attempt of a restarted job, with a verdict.
+
+    \b
+    Examples:
+      slurmkit eff alpha:1234
+      slurmkit eff --json beta:48213
+    """
+    from slurmkit.observe import eff as library
+    from slurmkit.observe import logs as logs_library
+
+    ref = logs_library.parse_log_ref(job_id, session)
+    result = library.efficiency(session, ref, journal_path=journal)
+    if as_json:
+        print_json(result.data)
+        return 0
+    for line in result.lines:
+        click.echo(line)
+    for verdict in result.verdicts:
+        click.echo("verdict: %s" % verdict)
     return 0

@@ -87,6 +87,12 @@ class SlurmBackend:
         task), as ``scontrol show job`` prints it: one RPC; empty once the controller forgot the job."""
         raise NotImplementedError
 
+    def usage_records(self, job_ids: Sequence[str]) -> Optional[List[Dict[str, str]]]:
+        """What the jobs used, from accounting: their rows and their steps' (fields
+        ``commands.SACCT_USAGE_FIELDS``), every run of a requeued one; None where the cluster keeps
+        no accounting."""
+        raise NotImplementedError
+
     def output_patterns(self, job_id: str) -> Optional[Tuple[Optional[str], Optional[str]]]:
         """The job's --output and --error patterns as submitted (relative ones to its working
         directory), while the controller knows it: one RPC; None once it forgot the job."""
@@ -325,6 +331,12 @@ class CommandBackend(SlurmBackend):
         if not result.ok and "Invalid job id" in result.stderr:
             return []
         return parsers.parse_job_records(self.checked(result, "scontrol show job").stdout)
+
+    def usage_records(self, job_ids):
+        if not self.has_accounting():
+            return None
+        result = self.checked(self._run(commands.sacct_usage(job_ids)), "sacct")
+        return parsers.parse_sacct_records(result.stdout, commands.SACCT_USAGE_FIELDS)
 
     def output_patterns(self, job_id):
         result = self._run(commands.squeue_output_patterns(job_id))

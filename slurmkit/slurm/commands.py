@@ -166,6 +166,19 @@ def squeue_output_patterns(job_id: str) -> List[str]:
             "--Format=STDOUT:0%s,STDERR:0" % SQUEUE_DELIMITER]
 
 
+# What ``eff`` reads: each attempt's job row and its steps (``--duplicates``: the runs of a job Slurm
+# requeued, each its own row under the same id).  TRES fields carry gres/gpu where the cluster's
+# AccountingStorageTRES counts it, and gres/gpuutil, gres/gpumem where it collects them (23.02+).
+SACCT_USAGE_FIELDS = ("JobID", "JobIDRaw", "State", "ElapsedRaw", "TimelimitRaw", "NCPUS", "NNodes", "AllocTRES",
+                      "TotalCPU", "MaxRSS", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw", "Start", "End")
+
+
+def sacct_usage(job_ids: Iterable[str]) -> List[str]:
+    """What jobs used, their steps included (one query for all of them)."""
+    return ["sacct", "--noheader", "--parsable2", "--duplicates", "--jobs=" + ",".join(str(j) for j in job_ids),
+            "--format=" + ",".join(SACCT_USAGE_FIELDS)]
+
+
 def squeue_pending_priorities(partition: str) -> List[str]:
     """The partition's pending jobs with their priority, ``ID|PRIORITY`` per line (one RPC)."""
     return ["squeue", "--noheader", "--local", "--states=PENDING", "--partition=" + partition, "--format=%i|%Q"]

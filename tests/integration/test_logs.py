@@ -223,3 +223,56 @@ def test_why_a_job_that_reached_its_time_limit(time_limited_job):
     wait_job_state("alpha", job, {"TIMEOUT"}, timeout=200, interval=2)
     assert why("alpha:" + job).splitlines()[0] == (
         "alpha:%s is TIMEOUT: it reached its time limit (00:01:00) and Slurm ended it" % job)
+
+
+# --- slurmkit eff -----------------------------------------------------------------------------------
+
+def eff_json(ref, env=None):
+    import json
+
+    proc = slurmkit("eff", "--json", ref, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluster, tmp_path):
+    # Two tasks each touching 300 MiB and keeping a CPU busy for 4 s; --acctg-freq=1 samples memory each
+    # second (the cluster's default, 30 s, would not sample a job this short).
+    job = sbatch("alpha", "-N", "2", "-n", "2", "--mem=1G", "--gres=gpu:2", "-t", "5", "--acctg-freq=1",
+                 "-o", str(tmp_path / "e-%j.out"), script(tmp_path, (
+                     "srun python3 -c '\n"
+                     "import time\n"
+                     "x = bytearray(300 * 1024 * 1024)\n"
+                     "for i in range(0, len(x), 4096): x[i] = 1\n"
+                     "t = time.time()\n"
+                     "while time.time() - t < 4: pass\n'\n")))
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
+    data = wait_until(lambda: (lambda d: d if d["peak_rss_bytes"] else None)(eff_json("alpha:" + job)), 30,
+                      what="accounting to hold the job's steps")
+    assert data["state"] == "COMPLETED" and len(data["attempts"]) == 1
+    assert data["cpu_efficiency_pct"] > 60, data            # both CPUs busy for most of the job
+    assert 300 << 20 <= data["peak_rss_bytes"] < 1 << 30, data
+    assert data["mem_per_node_bytes"] == 1 << 30
+    assert data["gpus"] == 4 and data["gpu_hours"] == data["elapsed_s"] * 4 / 3600.0
+    assert data["gpu_util_pct"] is None and data["energy_j"] is None   # not collected here: unknown, not 0
+    assert not [v for v in data["verdicts"] if "CPUs" in v], data
+
+
+def test_eff_says_an_idle_job_asked_for_too_many_cpus(devcluster, tmp_path):
+    job = sbatch("alpha", "-c", "4", "-t", "5", "-o", str(tmp_path / "i-%j.out"), "--wrap", "sleep 3")
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
+    shown = slurmkit("eff", "alpha:" + job)
+    assert shown.returncode == 0, shown.stderr
+    assert "verdict: asked for 4 CPUs, kept about 0.0 busy: ask for 1" in shown.stdout.splitlines(), shown.stdout
+
+
+def test_eff_of_an_array_has_a_line_per_task_and_without_accounting_says_why_not(devcluster, tmp_path):
+    job = sbatch("alpha", "--array=0-2", "-t", "5", "-o", str(tmp_path / "ae-%A_%a.out"), "--wrap", "true")
+    for i in range(3):
+        wait_job_state("alpha", "%s_%d" % (job, i), {"COMPLETED"}, timeout=60)
+    data = eff_json("alpha:" + job)
+    assert [t["id"] for t in data["tasks"]] == ["alpha:%s_%d" % (job, i) for i in range(3)]
+    assert all(t["state"] == "COMPLETED" for t in data["tasks"])
+    refused = slurmkit("eff", "beta:1")
+    assert refused.returncode == 1
+    assert "cluster beta keeps no accounting" in one_error_line(refused.stderr)

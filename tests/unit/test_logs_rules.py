@@ -207,3 +207,42 @@ def test_the_job_asked_of_other_clusters_has_its_nodes_gpus_and_time():
                         "TimeLimit": "02:00:00", "JobName": "train"})
     assert (spec.nodes, spec.gpus_per_node, spec.time, spec.name) == (2, 4, "02:00:00", "train")
     assert why.spec_of({"NumNodes": "1", "TimeLimit": "UNLIMITED"}).time is None
+
+
+# --- eff ---------------------------------------------------------------------------------------------
+
+def _rows(*lines):
+    from slurmkit.slurm import commands, parsers
+
+    return parsers.parse_sacct_records("\n".join(lines), commands.SACCT_USAGE_FIELDS)
+
+
+def test_eff_sums_every_run_of_a_requeued_job_and_keeps_what_is_not_recorded_unknown():
+    from slurmkit.observe import eff
+
+    rows = _rows(
+        "131|131|NODE_FAIL|600|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|40:00.000||||0|x|y",
+        "131.batch|131.batch|CANCELLED|600||4|1|cpu=4,mem=32G,node=1|00:10.000|1024K|||0|x|y",
+        "131|131|COMPLETED|3000|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|1-00:00:00||||0|x|y",
+        "131.0|131.0|COMPLETED|3000||8|2|cpu=8,mem=64G,node=2|23:59:59.500|2G|gres/gpuutil=35|gres/gpumem=10G|0|x|y")
+    attempts = eff.attempts_from_rows("alpha", rows)
+    assert [a.state for a in attempts] == ["NODE_FAIL", "COMPLETED"]
+    assert attempts[1].peak_rss_bytes == 2 << 30 and attempts[1].gpu_util == 35.0
+    result = eff.report("alpha:131", attempts)
+    d = result.data
+    assert d["elapsed_s"] == 3600 and d["gpu_hours"] == 16.0
+    assert d["energy_j"] is None                 # 0 from a cluster without an energy plugin: unknown
+    assert round(d["cpu_efficiency_pct"]) == 100  # 40 min + 24 h of CPU over (600 + 3000) s x 8 CPUs, capped
+    assert "asked for 16 GPUs, used about 6: ask for fewer" in result.verdicts
+    assert "asked for 32.0 GiB per node, used at most 2.0 GiB: ask for about 3.0 GiB (--mem)" in result.verdicts
+    assert "after 2 attempt(s) (sums over all of them)" in result.lines[0]
+
+
+def test_eff_reads_slurms_sizes_and_cpu_times():
+    from slurmkit.observe import eff
+
+    assert eff.size_bytes("320572K") == 320572 * 1024 and eff.size_bytes("2G") == 2 << 30
+    assert eff.size_bytes("") is None and eff.size_bytes("1000Mn") == 1000 << 20
+    assert eff.cpu_seconds("01:00.035") == 60.035 and eff.cpu_seconds("1-02:03:04") == 93784
+    assert eff.cpu_seconds("") is None
+    assert eff.tres("cpu=2,gres/gpu:h100=4") == {"cpu": "2", "gres/gpu:h100": "4"}
