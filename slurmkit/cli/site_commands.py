@@ -3,7 +3,8 @@
 import click
 
 from slurmkit.cli.cluster_commands import trust_command
-from slurmkit.cli.options import CONTEXT, cluster_option, json_option, pass_session, print_json, site_option
+from slurmkit.cli.options import (CONTEXT, cluster_option, json_option, pass_session, print_json, site_option,
+                                  text_value)
 
 
 @click.command(context_settings=CONTEXT)
@@ -100,6 +101,39 @@ def site_show(session, as_json):
         print_json(display.site_dict(session.site))
     else:
         click.echo(display.site_text(session.site))
+
+
+@site.command("init", context_settings=CONTEXT)
+@site_option
+@click.option("--cluster", "-M", "clusters", multiple=True, metavar="NAME", callback=text_value,
+              help="Only this cluster of the site (repeatable; default: every cluster of the site, or without "
+                   "--site the cluster this machine's Slurm commands talk to).")
+@click.option("--output", "-o", metavar="FILE", callback=text_value,
+              help="Write the site file here (default: print it).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+def site_init(site, clusters, output, force):
+    """Draft a site file from the live clusters: partitions, GPUs, gres, memory, limits, switches.
+
+    Reads what Slurm knows (scontrol show partition, node, topology, config)
+    of each cluster of the site given, or of the local cluster, and writes a
+    commented YAML site file that 'site validate' accepts.  What Slurm cannot
+    say for sure is marked 'guess:'; an existing FILE is kept unless --force.
+
+    \b
+    Example:
+      slurmkit site init -o ~/.config/slurmkit/sites/mysite.yaml
+      slurmkit site init --site mysite --cluster hopper -o hopper.yaml
+    """
+    from slurmkit.discovery.init import init_site
+    from slurmkit.site import find_site
+
+    result = init_site(find_site(site) if site else None, clusters, output, force)
+    if output is None:
+        click.echo(result.text, nl=False)
+    else:
+        click.echo("%s: written (%s); %d guess%s to check (lines marked 'guess:')"
+                   % (output, ", ".join(c.name for c in result.clusters), result.guesses,
+                      "" if result.guesses == 1 else "es"))
 
 
 site.add_command(trust_command)

@@ -468,6 +468,7 @@ def parse_nodes(text: str) -> "List[NodeInfo]":
             gres=_gres_counts(kv.get("Gres", "")), gres_used=_gres_counts(kv.get("GresUsed", "")),
             cpus=int(kv.get("CPUTot", 0) or 0), cpus_alloc=int(kv.get("CPUAlloc", 0) or 0),
             addr=kv.get("NodeAddr", ""), features=_features(kv.get("AvailableFeatures", "")),
+            memory_mb=int(kv["RealMemory"]) if re.fullmatch(r"[0-9]+", kv.get("RealMemory", ""), re.ASCII) else 0,
             **reason))
     return nodes
 

@@ -105,6 +105,7 @@ class NodeInfo:
     reason_time: Optional[datetime] = None   # when it was set
     addr: str = ""                           # NodeAddr: where slurmctld (and the health sweep's SSH) reaches it
     features: Tuple[str, ...] = ()           # AvailableFeatures (placement: a switch group's feature)
+    memory_mb: int = 0                       # RealMemory (site init: a partition's memory_mb); 0: not reported
 
     def free(self, gres_prefix: str = "gpu") -> int:
         total = sum(v for k, v in self.gres.items() if k.split(":")[0] == gres_prefix)

@@ -187,6 +187,8 @@ def test_nothing_imports_the_python_api_but_itself_its_submitit_face_and_the_pac
     ("observe", ("cli", "sweep")),
     ("api", ("cli",)),
     ("compat", ("cli",)),
+    # site init / site check --live: reads clusters through sessions and backends, below the faces only.
+    ("discovery", ("cli", "api", "compat", "sweep", "requeue", "observe")),
     # Runs on the nodes, where slurmkit need not be (cloudpickle carries it by value): nothing of slurmkit.
     ("helpers", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
                  "sweep", "observe", "energy", "containers", "api", "compat", "errors", "times", "envnames")),

@@ -1,0 +1,159 @@
+"""``slurmkit site init``: draft a site file from the live clusters.
+
+Which clusters: those of a site (``--site``, all or the ``--cluster`` names
+given), each reached as every command reaches it (locally where its
+slurm.conf is, else over SSH on its login node); without a site, the
+cluster this machine's Slurm commands talk to (``$SLURM_CONF``), named by
+its ``ClusterName``.  Each is read through its backend: the release,
+``scontrol show config``, partitions, nodes and topology (five commands),
+turned into facts (:mod:`~slurmkit.discovery.facts`) and written as a
+commented draft (:mod:`~slurmkit.discovery.sitefile`).
+
+The draft is validated with the site loader before anything is written,
+and an existing file is replaced only with ``force``: the file is created
+exclusively (``O_EXCL``), so a file that appears meanwhile is not lost either.
+"""
+
+import os
+import tempfile
+import time
+from typing import Callable, List, NamedTuple, Optional, Sequence
+
+from slurmkit.discovery import facts as facts_mod
+from slurmkit.discovery import sitefile
+from slurmkit.errors import SlurmCommandError, SlurmkitError, UsageError
+from slurmkit.site.checkers import check_name
+from slurmkit.site.model import Cluster
+
+
+class InitResult(NamedTuple):
+    text: str                            # the site file
+    path: Optional[str]                  # where it was written; None: not written (the caller prints it)
+    clusters: List[facts_mod.ClusterFacts]
+    guesses: int                         # lines marked "guess:" (the command says how many to check)
+
+
+def targets(site, names: Sequence[str] = ()) -> List[Cluster]:
+    """The clusters to read: the site's (all, or ``names`` in the order given), else the local one."""
+    if site is None:
+        if names:
+            raise UsageError("--cluster needs --site: without a site file only the local cluster "
+                             "(the one $SLURM_CONF names) can be read")
+        conf = os.environ.get("SLURM_CONF")
+        return [Cluster(name="local", partitions={}, slurm_conf=os.path.abspath(conf) if conf else None)]
+    if not names:
+        return list(site.clusters.values())
+    chosen, seen = [], set()
+    for name in names:
+        cluster = site.cluster(name)          # UsageError naming the site's clusters for an unknown one
+        if cluster.name not in seen:
+            seen.add(cluster.name)
+            chosen.append(cluster)
+    return chosen
+
+
+def _topology(backend):
+    from slurmkit.slurm.types import Topology
+
+    try:
+        return backend.topology()
+    except SlurmCommandError:
+        return Topology(())                   # no topology plugin: no switches to plan with
+
+
+def read_cluster(backend, cluster: Cluster) -> facts_mod.ClusterFacts:
+    """One cluster's facts through ``backend`` (five Slurm commands)."""
+    version = backend.version()
+    config = backend.config()
+    name = cluster.name
+    if name == "local" and not cluster.login:
+        # The local cluster is named as Slurm names it (what sacct and squeue -M call it).
+        own = (config.get("ClusterName") or "").strip()
+        name = own if own and check_name(own) is None else "local"
+    return facts_mod.cluster_facts(name, version, config, backend.partitions(), backend.nodes(),
+                                   _topology(backend))
+
+
+def _refuse_existing(output: Optional[str], force: bool) -> None:
+    if output is None:
+        return
+    if os.path.isdir(output):
+        raise UsageError("%s is a directory; give -o a file name" % output)
+    if os.path.lexists(output) and not force:
+        raise UsageError("%s exists; pass --force to replace it, or write elsewhere with -o" % output)
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageError("the directory of %s does not exist; create it first" % output)
+
+
+def validate_text(text: str) -> None:
+    """Refuse a draft the site loader refuses (a bug here, said with the loader's first problem)."""
+    from slurmkit.site import validate_files
+
+    fd, path = tempfile.mkstemp(prefix="slurmkit-site-init-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        problems = validate_files([path])
+    finally:
+        os.unlink(path)
+    if problems:
+        raise SlurmkitError("the drafted site file does not validate (a slurmkit bug; please report it): %s"
+                            % problems[0].message)
+
+
+def _write(output: str, text: str, force: bool) -> None:
+    from slurmkit import textfile
+
+    if force:
+        textfile.write_atomic(output, text)
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise UsageError("%s exists; pass --force to replace it, or write elsewhere with -o" % output) from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None, force: bool = False,
+              backend_factory: Optional[Callable[[Cluster], object]] = None, clock=time) -> InitResult:
+    """Draft the site file (see the module docstring); write it to ``output`` when given.
+
+    ``backend_factory`` (tests) makes a cluster's backend; by default each is
+    reached as :func:`slurmkit.session.make_backend` decides.  A cluster that
+    does not answer stops the whole draft, naming the cluster.
+    """
+    _refuse_existing(output, force)
+    clusters = targets(site, names)
+    if backend_factory is None:
+        from slurmkit.session import make_backend
+
+        def backend_factory(cluster):
+            return make_backend(cluster, prefer_pyslurm=False)   # commands only: every answer is text we parse
+
+    drafts = []
+    for cluster in clusters:
+        backend = None
+        try:
+            backend = backend_factory(cluster)
+            facts = read_cluster(backend, cluster)
+        except SlurmkitError as exc:
+            hint = "; leave it out with --cluster NAME for each of the others" if len(clusters) > 1 else ""
+            raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
+        finally:
+            if backend is not None:
+                backend.close()
+        drafts.append(sitefile.ClusterDraft(facts=facts, slurm_conf=cluster.slurm_conf, login=cluster.login))
+    names_seen = [d.facts.name for d in drafts]
+    if len(set(names_seen)) != len(names_seen):
+        raise UsageError("two clusters are both called %s; read them from a site that names them apart"
+                         % next(n for n in names_seen if names_seen.count(n) > 1))
+    name = site.name if site is not None else drafts[0].facts.name
+    written = "on %s" % time.strftime("%Y-%m-%d %H:%M", time.localtime(clock.time()))
+    text = sitefile.site_text(name, drafts, written)
+    validate_text(text)
+    if output is not None:
+        _write(output, text, force)
+    return InitResult(text=text, path=output, clusters=[d.facts for d in drafts],
+                      guesses=sum(1 for line in text.splitlines() if line.lstrip().startswith("# guess:")))

@@ -1,0 +1,169 @@
+"""``site init``'s pure parts: Slurm's answers -> facts -> a draft the site loader accepts.
+
+Slurm's output is written here as scontrol prints it (22.05, ``--oneliner``);
+the real clusters' drafts are compared with local.yaml in
+tests/integration/test_site_init.py.
+"""
+
+import pytest
+
+from slurmkit.discovery import facts, init, sitefile
+from slurmkit.errors import SlurmkitError, UsageError
+from slurmkit.site import load_site
+from slurmkit.slurm import parsers
+from slurmkit.testing import FakeSlurm
+
+
+def node(name, partitions="gpu", gres="gpu:h100:8", cpus=64, memory=512000, features="(null)", addr=None):
+    return ("NodeName=%s CPUAlloc=0 CPUTot=%d AvailableFeatures=%s ActiveFeatures=%s Gres=%s NodeAddr=%s "
+            "RealMemory=%d State=IDLE Partitions=%s" % (name, cpus, features, features, gres, addr or name, memory,
+                                                        partitions))
+
+
+def partition(name, nodes, max_time="1-00:00:00", max_nodes="UNLIMITED", total=None, default="NO"):
+    return ("PartitionName=%s Default=%s MaxNodes=%s MaxTime=%s Nodes=%s State=UP TotalNodes=%d"
+            % (name, default, max_nodes, max_time, nodes, total or 4))
+
+
+TOPOLOGY = ("SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=g[1-2]\nSwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=g[3-4]\n"
+            "SwitchName=spine Level=1 LinkSpeed=1 Nodes=g[1-4] Switches=leaf1,leaf2\n")
+CONFIG = {"ClusterName": "hopper", "SchedulerParameters": "bf_interval=5,max_switch_wait=600",
+          "AccountingStorageType": "accounting_storage/slurmdbd", "MaxArraySize": "4001",
+          "TopologyPlugin": "topology/tree"}
+
+
+def cluster(node_lines, partition_lines, topology=TOPOLOGY, config=None):
+    return facts.cluster_facts("hopper", "22.05.8", dict(CONFIG, **(config or {})),
+                               parsers.parse_partitions("\n".join(partition_lines)),
+                               parsers.parse_nodes("\n".join(node_lines)), parsers.parse_topology(topology))
+
+
+def test_a_gpu_partition_is_read_as_a_site_file_describes_it():
+    got = cluster([node("g%d" % i) for i in range(1, 5)], [partition("gpu", "g[1-4]", default="YES")])
+    part = got.partitions["gpu"]
+    assert (part.accelerator, part.gpu_model, part.gres_name, part.gpus_per_node) == ("nvidia", "h100", "gpu", 8)
+    assert (part.cpus_per_node, part.memory_mb, part.max_nodes, part.max_time) == (64, 512000, 4, "1-00:00:00")
+    assert got.default_partition == "gpu" and got.switch_wait_cap == 600 and got.accounting
+    assert not part.guesses and not part.notes
+
+
+def test_npus_are_ascend_and_their_gres_is_npu():
+    got = cluster([node("g%d" % i, partitions="npu", gres="npu:ascend910b:8") for i in range(1, 3)],
+                  [partition("npu", "g[1-2]", max_time="UNLIMITED", max_nodes="1", total=2)])
+    part = got.partitions["npu"]
+    assert (part.accelerator, part.gpu_model, part.gres_name, part.max_time, part.max_nodes) == \
+        ("ascend", "ascend910b", "npu", "UNLIMITED", 1)
+
+
+def test_a_cpu_partition_on_gpu_nodes_is_a_marked_guess():
+    got = cluster([node("g1", partitions="gpu,cpu")], [partition("gpu", "g1"), partition("cpu", "g1")])
+    assert got.partitions["gpu"].accelerator == "nvidia"
+    cpu = got.partitions["cpu"]
+    assert cpu.accelerator == "none" and cpu.gpus_per_node == 0
+    assert len(cpu.guesses) == 1 and cpu.guesses[0].startswith("guess: written without accelerator")
+
+
+def test_a_mixed_partition_gets_the_least_of_each_and_a_proposed_split():
+    lines = [node("g1"), node("g2"), node("g3", gres="gpu:a100:4", cpus=32, memory=256000)]
+    part = cluster(lines, [partition("gpu", "g[1-3]")]).partitions["gpu"]
+    # No one gres type is on every node: no GPU request fits them all, which the draft says.
+    assert (part.accelerator, part.cpus_per_node, part.memory_mb) == ("none", 32, 256000)
+    assert part.guesses == ("guess: some nodes have no gpu:h100: written without accelerator",)
+    assert any("mixes 2 node types" in n for n in part.notes)
+    assert any(n.startswith("proposed split: gpu_1 (Nodes=g[1-2]), gpu_2 (Nodes=g3)") for n in part.notes)
+
+
+def test_switch_group_features_are_those_that_mark_whole_leaves():
+    lines = [node("g1", features="spine1,h100"), node("g2", features="spine1,h100"),
+             node("g3", features="spine2,h100"), node("g4", features="spine2,h100,bigmem")]
+    got = cluster(lines, [partition("gpu", "g[1-4]")])
+    # h100: every node (no group); bigmem: part of a leaf (no group).
+    assert got.switch_group_features == ("spine1", "spine2")
+
+
+def test_no_switch_groups_without_several_leaves():
+    lines = [node("g1", features="spine1"), node("g2", features="spine2")]
+    got = cluster(lines, [partition("gpu", "g[1-2]")], topology="SwitchName=s Level=0 Nodes=g[1-2]\n")
+    assert got.switch_group_features == ()
+
+
+def test_hostile_partition_names_are_left_out_with_a_note():
+    lines = [node("g1", partitions="gpu,bad$(reboot)")]
+    got = cluster(lines, [partition("gpu", "g1"), partition("bad$(reboot)", "g1")])
+    assert list(got.partitions) == ["gpu"]
+    assert got.notes == ("partition 'bad$(reboot)' left out: a site file names partitions with letters, digits, "
+                         "'-' and '_'",)
+
+
+def test_comments_hold_one_printable_line_whatever_slurm_printed():
+    assert facts.printable("a\nb\x1b[31mc\u00e9") == "a?b?[31mc?"
+    assert len(facts.printable("x" * 1000)) == 200
+
+
+def _draft_file(tmp_path, got, **kwargs):
+    text = sitefile.site_text("hopper", [sitefile.ClusterDraft(facts=got, **kwargs)], "on a test day")
+    path = tmp_path / "draft.yaml"
+    path.write_text(text)
+    return text, load_site(str(path))
+
+
+def test_the_draft_loads_with_what_the_facts_say(tmp_path):
+    lines = [node("g1", partitions="gpu,cpu", features="spine1"), node("g2", partitions="gpu,cpu", features="spine1"),
+             node("g3", partitions="gpu,cpu", features="spine2"), node("g4", partitions="gpu,cpu", features="spine2")]
+    got = cluster(lines, [partition("gpu", "g[1-4]", default="YES"), partition("cpu", "g[1-4]")])
+    text, site = _draft_file(tmp_path, got, slurm_conf="/etc/slurm/slurm.conf")
+    hopper = site.clusters["hopper"]
+    assert hopper.switch_group_features == ("spine1", "spine2")
+    assert hopper.max_switch_wait == "00:10:00" and hopper.default_partition == "gpu"
+    assert hopper.partitions["gpu"].gpus_per_node == 8 and hopper.partitions["cpu"].accelerator == "none"
+    assert hopper.slurm_conf == "/etc/slurm/slurm.conf"
+    assert "# guess: written without accelerator" in text
+    assert "# Slurm 22.05.8; accounting on" in text
+
+
+def test_a_note_cannot_break_out_of_its_comment(tmp_path):
+    got = cluster([node("g1")], [partition("gpu", "g1")])
+    got = got._replace(notes=("evil\nsite: other",))
+    text, site = _draft_file(tmp_path, got)
+    assert site.name == "hopper"
+    assert "# evil?site: other" in text
+
+
+def fake_hopper():
+    fake = FakeSlurm("hopper", nodes=("g1", "g2"), partitions=("gpu",))
+    fake.answer(["scontrol", "--oneliner", "show", "partition"],
+                stdout=partition("gpu", "g[1-2]", default="YES", total=2) + "\n")
+    return fake
+
+
+def test_init_writes_a_file_and_never_overwrites_one(tmp_path):
+    target = tmp_path / "hopper.yaml"
+    result = init.init_site(output=str(target), backend_factory=lambda c: fake_hopper())
+    assert result.path == str(target) and [c.name for c in result.clusters] == ["hopper"]
+    assert load_site(str(target)).clusters["hopper"].partitions["gpu"].gpu_model == "h100"
+    with pytest.raises(UsageError, match="exists; pass --force to replace it"):
+        init.init_site(output=str(target), backend_factory=lambda c: fake_hopper())
+    target.write_text("site: mine\n")
+    init.init_site(output=str(target), force=True, backend_factory=lambda c: fake_hopper())
+    assert "hopper" in target.read_text()
+
+
+def test_init_refuses_a_directory_and_a_missing_parent(tmp_path):
+    with pytest.raises(UsageError, match="is a directory"):
+        init.init_site(output=str(tmp_path), backend_factory=lambda c: fake_hopper())
+    with pytest.raises(UsageError, match="does not exist; create it first"):
+        init.init_site(output=str(tmp_path / "no" / "x.yaml"), backend_factory=lambda c: fake_hopper())
+
+
+def test_a_cluster_that_does_not_answer_stops_the_draft_naming_it(tmp_path):
+    fake = fake_hopper()
+    fake.answer(["scontrol", "show", "config"], stderr="Unable to contact slurm controller (connect failure)\n",
+                returncode=1)
+    with pytest.raises(SlurmkitError, match="^cluster local did not answer: "):
+        init.init_site(backend_factory=lambda c: fake)
+    assert not list(tmp_path.iterdir())
+
+
+def test_cluster_names_need_a_site():
+    with pytest.raises(UsageError, match="--cluster needs --site"):
+        init.targets(None, ["alpha"])
