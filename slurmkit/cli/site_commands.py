@@ -3,8 +3,8 @@
 import click
 
 from slurmkit.cli.cluster_commands import trust_command
-from slurmkit.cli.options import (CONTEXT, cluster_option, json_option, pass_session, print_json, site_option,
-                                  text_value)
+from slurmkit.cli.options import (CONTEXT, StrictInt, cluster_option, json_option, pass_session, print_json,
+                                  site_option, text_value, warn)
 
 
 @click.command(context_settings=CONTEXT)
@@ -111,13 +111,20 @@ def site_show(session, as_json):
 @click.option("--output", "-o", metavar="FILE", callback=text_value,
               help="Write the site file here (default: print it).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
-def site_init(site, clusters, output, force):
+@click.option("--no-probe", is_flag=True,
+              help="Do not run the short probe job per node type (interfaces, RDMA devices, runtimes).")
+@click.option("--probe-wait", type=StrictInt(min=1, max=3600), default=30, show_default=True, metavar="SECONDS",
+              help="How long each probe job may wait for a free node before it gives up.")
+def site_init(site, clusters, output, force, no_probe, probe_wait):
     """Draft a site file from the live clusters: partitions, GPUs, gres, memory, limits, switches.
 
     Reads what Slurm knows (scontrol show partition, node, topology, config)
-    of each cluster of the site given, or of the local cluster, and writes a
-    commented YAML site file that 'site validate' accepts.  What Slurm cannot
-    say for sure is marked 'guess:'; an existing FILE is kept unless --force.
+    of each cluster of the site given, or of the local cluster, and what only
+    the nodes know through one short job per node type (the interface that
+    carries the node's address, RDMA ports from sysfs, accelerator devices,
+    container runtimes), and writes a commented YAML site file that 'site
+    validate' accepts.  What neither could say for sure is marked 'guess:';
+    an existing FILE is kept unless --force.
 
     \b
     Example:
@@ -127,7 +134,9 @@ def site_init(site, clusters, output, force):
     from slurmkit.discovery.init import init_site
     from slurmkit.site import find_site
 
-    result = init_site(find_site(site) if site else None, clusters, output, force)
+    result = init_site(find_site(site) if site else None, clusters, output, force, probe=not no_probe,
+                       probe_wait=probe_wait)
+    warn(result.warnings)
     if output is None:
         click.echo(result.text, nl=False)
     else:

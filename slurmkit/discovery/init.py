@@ -31,6 +31,7 @@ class InitResult(NamedTuple):
     path: Optional[str]                  # where it was written; None: not written (the caller prints it)
     clusters: List[facts_mod.ClusterFacts]
     guesses: int                         # lines marked "guess:" (the command says how many to check)
+    warnings: List[str] = []             # probes that could not run (the draft marks their guesses)
 
 
 def targets(site, names: Sequence[str] = ()) -> List[Cluster]:
@@ -72,6 +73,58 @@ def read_cluster(backend, cluster: Cluster) -> facts_mod.ClusterFacts:
         name = own if own and check_name(own) is None else "local"
     return facts_mod.cluster_facts(name, version, config, backend.partitions(), backend.nodes(),
                                    _topology(backend))
+
+
+def probe_cluster(backend, cluster: Cluster, facts: facts_mod.ClusterFacts, wait_s: int = 30):
+    """One probe job per node type: (fabric drafts by partition, cluster notes, warnings).
+
+    Each type's job runs in a partition holding its nodes, the partition's other nodes excluded, so
+    Slurm may pick any free node of the type.  A type whose probe fails leaves its partitions' fabric
+    a marked guess, and a warning says why.
+    """
+    from slurmkit.discovery import nodeprobe
+    from slurmkit.discovery.sitefile import FabricDraft
+    from slurmkit.slurm import hostlist
+
+    probes, failures, notes, warnings = {}, {}, [], []
+    for kind in facts.node_types:
+        part_name = facts.type_partition(kind)
+        if part_name is None:
+            continue
+        part = facts.partitions[part_name]
+        health = cluster.partitions[part_name].health if part_name in cluster.partitions else None
+        others = [n for n in part.nodes if n not in kind.nodes]
+        try:
+            probes[kind.key] = nodeprobe.probe_type(
+                backend, part_name, exclude=[hostlist.fold(others)] if others else (), wait_s=wait_s,
+                ib_root=health.ib_sysfs if health else "/sys/class/infiniband",
+                device_dir=health.device_dir if health else "/dev")
+        except SlurmkitError as exc:
+            failures[kind.key] = str(exc)
+            warnings.append("cluster %s: %s" % (facts.name, exc))
+    runtimes = {}
+    for probe in probes.values():
+        for name in probe.runtime_names:
+            runtimes.setdefault(name, probe.node)
+    if runtimes:
+        notes.append("container runtimes found on the nodes: %s; to run jobs in images (--image) set "
+                     "containers.runtime and containers.images" % ", ".join(sorted(runtimes)))
+    elif probes:
+        notes.append("no container runtime found on the probed nodes (ch-run, runc, crun, enroot, apptainer, "
+                     "podman-hpc)")
+    fabrics = {}
+    for part in facts.partitions.values():
+        main = part.node_types[0].key if part.node_types else None
+        if main in probes:
+            fabric = nodeprobe.fabric_draft(probes[main], part.accelerator)
+            extra = nodeprobe.device_notes(probes[main], part.accelerator,
+                                           "%s:%s" % (part.gres_name, part.gpu_model), part.gpus_per_node)
+            fabrics[part.name] = fabric._replace(comments=fabric.comments + tuple(extra))
+        elif main in failures:
+            fabrics[part.name] = FabricDraft(comments=(
+                "guess: the probe did not run (%s): written as ethernet without an interface; set type, hcas and "
+                "socket_ifname by hand, or run site init again" % facts_mod.printable(failures[main]),))
+    return fabrics, tuple(notes), warnings
 
 
 def _refuse_existing(output: Optional[str], force: bool) -> None:
@@ -117,7 +170,8 @@ def _write(output: str, text: str, force: bool) -> None:
 
 
 def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None, force: bool = False,
-              backend_factory: Optional[Callable[[Cluster], object]] = None, clock=time) -> InitResult:
+              backend_factory: Optional[Callable[[Cluster], object]] = None, clock=time, probe: bool = True,
+              probe_wait: int = 30) -> InitResult:
     """Draft the site file (see the module docstring); write it to ``output`` when given.
 
     ``backend_factory`` (tests) makes a cluster's backend; by default each is
@@ -132,19 +186,29 @@ def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None
         def backend_factory(cluster):
             return make_backend(cluster, prefer_pyslurm=False)   # commands only: every answer is text we parse
 
-    drafts = []
+    drafts, warnings = [], []
     for cluster in clusters:
         backend = None
+        fabrics, notes = {}, ()
         try:
             backend = backend_factory(cluster)
-            facts = read_cluster(backend, cluster)
+            try:
+                facts = read_cluster(backend, cluster)
+            except SlurmkitError as exc:
+                hint = "; leave it out with --cluster NAME for each of the others" if len(clusters) > 1 else ""
+                raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
+            if probe:
+                fabrics, notes, failed = probe_cluster(backend, cluster, facts, probe_wait)
+                warnings.extend(failed)
         except SlurmkitError as exc:
-            hint = "; leave it out with --cluster NAME for each of the others" if len(clusters) > 1 else ""
-            raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
+            if backend is None:
+                raise SlurmkitError("cluster %s did not answer: %s" % (cluster.name, exc)) from exc
+            raise
         finally:
             if backend is not None:
                 backend.close()
-        drafts.append(sitefile.ClusterDraft(facts=facts, slurm_conf=cluster.slurm_conf, login=cluster.login))
+        drafts.append(sitefile.ClusterDraft(facts=facts, slurm_conf=cluster.slurm_conf, login=cluster.login,
+                                            fabrics=fabrics, notes=notes))
     names_seen = [d.facts.name for d in drafts]
     if len(set(names_seen)) != len(names_seen):
         raise UsageError("two clusters are both called %s; read them from a site that names them apart"
@@ -156,4 +220,5 @@ def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None
     if output is not None:
         _write(output, text, force)
     return InitResult(text=text, path=output, clusters=[d.facts for d in drafts],
-                      guesses=sum(1 for line in text.splitlines() if line.lstrip().startswith("# guess:")))
+                      guesses=sum(1 for line in text.splitlines() if line.lstrip().startswith("# guess:")),
+                      warnings=warnings)

@@ -20,12 +20,13 @@ class FabricDraft(NamedTuple):
     type: str = "ethernet"
     hcas: Tuple[str, ...] = ()
     socket_ifname: Optional[str] = None
+    gid_index: Optional[int] = None      # RoCE only
     comments: Tuple[str, ...] = ()       # "guess: ..." lines and what the probe saw
 
 
 NOT_PROBED = FabricDraft(comments=(
-    "guess: Slurm does not know the fabric and the nodes were not probed: written as ethernet without an "
-    "interface, which NCCL reads as 'pick one'; set type, hcas and socket_ifname by hand",))
+    "guess: Slurm does not know the fabric and the nodes were not probed (--no-probe): written as ethernet "
+    "without an interface, which NCCL reads as 'pick one'; set type, hcas and socket_ifname by hand",))
 
 
 class ClusterDraft(NamedTuple):
@@ -75,6 +76,9 @@ def _partition(lines: List[str], part: PartitionFacts, fabric: FabricDraft) -> N
         lines.append(pad + "  hcas: [%s]" % ", ".join(quote(h) for h in fabric.hcas))
     if fabric.socket_ifname:
         lines.append(pad + "  socket_ifname: %s" % quote(fabric.socket_ifname))
+    if fabric.gid_index is not None:
+        lines.append(pad + "  roce:")
+        lines.append(pad + "    gid_index: %d" % fabric.gid_index)
 
 
 def _login(lines: List[str], login) -> None:

@@ -303,3 +303,18 @@ def version() -> List[str]:
 
 def squeue_pending_count() -> List[str]:
     return ["squeue", "--noheader", "--states=PENDING", "--format=%i"]
+
+
+def srun_probe(partition: str, command: Sequence[str], exclude: Iterable[str] = (), wait_s: int = 30,
+               job_name: str = "slurmkit-probe") -> List[str]:
+    """One short task on one node of ``partition`` (not one of ``exclude``), its output on srun's stdout.
+
+    ``--immediate``: srun gives up when no node is free within ``wait_s`` seconds instead of queueing, so a
+    probe of a busy or drained partition ends; one CPU, a little memory and a minute, so it fits beside
+    running jobs."""
+    argv = ["srun", "--partition=" + partition, "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--mem=64",
+            "--time=1", "--immediate=%d" % max(1, int(wait_s)), "--job-name=" + job_name, "--quiet"]
+    excluded = [str(n) for n in exclude]
+    if excluded:
+        argv.append("--exclude=" + ",".join(excluded))
+    return argv + ["--"] + list(command)

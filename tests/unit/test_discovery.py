@@ -7,7 +7,7 @@ tests/integration/test_site_init.py.
 
 import pytest
 
-from slurmkit.discovery import facts, init, sitefile
+from slurmkit.discovery import facts, init, nodeprobe, sitefile
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.site import load_site
 from slurmkit.slurm import parsers
@@ -167,3 +167,86 @@ def test_a_cluster_that_does_not_answer_stops_the_draft_naming_it(tmp_path):
 def test_cluster_names_need_a_site():
     with pytest.raises(UsageError, match="--cluster needs --site"):
         init.targets(None, ["alpha"])
+
+
+# ----------------------------------------------------------------------------- the node probe
+
+PROBED = """node g1
+addr g1.cluster 10.1.0.1
+route 10.1.0.1 dev ens1f0 src 10.1.0.1 uid 0 \\    cache
+iface lo
+iface ens1f0
+iface vlan5@ens1f0
+iface bad$(reboot)
+rdma mlx5_0:1|4: ACTIVE|InfiniBand|400 Gb/sec (4X NDR)
+rdma mlx5_1:1|1: DOWN|InfiniBand|10 Gb/sec (4X SDR)
+devices nvidia 8
+devices davinci 0
+runtime ch-run
+runtime enroot
+end
+"""
+
+
+def test_the_probe_output_is_read_into_facts():
+    got = nodeprobe.parse_probe(PROBED)
+    assert (got.node, got.addr, got.route_iface) == ("g1", "g1.cluster", "ens1f0")
+    # "vlan5@ens1f0" is ip's way of naming a VLAN's parent; a name with shell text in it is dropped.
+    assert got.interfaces == ("lo", "ens1f0", "vlan5")
+    assert [(p.name, p.state, p.active) for p in got.rdma] == [("mlx5_0:1", "ACTIVE", True),
+                                                               ("mlx5_1:1", "DOWN", False)]
+    assert got.devices == {"nvidia": 8, "davinci": 0} and got.runtime_names == ("charliecloud", "pyxis")
+
+
+def test_a_probe_cut_short_is_an_error_not_empty_facts():
+    with pytest.raises(SlurmkitError, match="did not finish"):
+        nodeprobe.parse_probe(PROBED.replace("end\n", ""))
+
+
+def test_active_infiniband_ports_are_the_hcas_and_the_routed_interface_the_socket():
+    fabric = nodeprobe.fabric_draft(nodeprobe.parse_probe(PROBED))
+    assert (fabric.type, fabric.hcas, fabric.socket_ifname, fabric.gid_index) == \
+        ("infiniband", ("=mlx5_0:1",), "ens1f0", None)
+    assert "RDMA ports not active, left out: mlx5_1:1 (DOWN)" in fabric.comments
+
+
+def test_ethernet_link_layer_ports_are_roce_with_a_marked_gid_guess():
+    text = PROBED.replace("|InfiniBand|400", "|Ethernet|400")
+    fabric = nodeprobe.fabric_draft(nodeprobe.parse_probe(text))
+    assert (fabric.type, fabric.gid_index) == ("roce", 3)
+    assert any(c.startswith("guess: RoCE v2 GID index 3") for c in fabric.comments)
+
+
+def test_no_rdma_port_is_an_ethernet_fabric():
+    text = "\n".join(ln for ln in PROBED.splitlines() if not ln.startswith("rdma")) + "\n"
+    fabric = nodeprobe.fabric_draft(nodeprobe.parse_probe(text))
+    assert (fabric.type, fabric.hcas, fabric.socket_ifname) == ("ethernet", (), "ens1f0")
+
+
+def test_device_files_that_disagree_with_the_gres_count_are_a_note():
+    probe = nodeprobe.parse_probe(PROBED)
+    assert nodeprobe.device_notes(probe, "nvidia", "gpu:h100", 8) == []
+    assert nodeprobe.device_notes(probe, "nvidia", "gpu:h100", 4) == [
+        "node g1 has 8 nvidia device files in /dev where Slurm counts gpu:h100:4: check gres.conf (File=) and the "
+        "driver"]
+
+
+def test_the_probe_runs_as_one_bounded_srun_in_the_partition():
+    fake = fake_hopper()
+    fake.answer(["srun"], stdout=PROBED)
+    got = nodeprobe.probe_type(fake, "gpu", exclude=["g2"], wait_s=20)
+    assert got.route_iface == "ens1f0"
+    srun = [c for c in fake.commands if c[0] == "srun"]
+    assert len(srun) == 1
+    assert {"--partition=gpu", "--nodes=1", "--immediate=20", "--exclude=g2"} <= set(srun[0])
+
+
+def test_a_probe_that_never_starts_names_the_partition_and_leaves_a_marked_guess(tmp_path):
+    fake = fake_hopper()
+    fake.answer(["srun"], stderr="srun: error: Unable to allocate resources: Requested nodes are busy\n",
+                returncode=1)
+    result = init.init_site(backend_factory=lambda c: fake, probe_wait=5)
+    assert result.warnings == ["cluster hopper: the probe job in partition gpu did not start within 5 s ("
+                               "Unable to allocate resources: Requested nodes are busy); its nodes are busy or down: "
+                               "run again when one is free"]
+    assert "# guess: the probe did not run (the probe job in partition gpu did not start within 5 s" in result.text
