@@ -5,29 +5,15 @@ import sys
 
 import click
 
-from slurmkit.cli.options import CONTEXT, json_option, pass_session, print_json, site_option
+from slurmkit.cli.options import CONTEXT, json_option, log_options, pass_session, print_json, site_option
 
 
 @click.command(context_settings=CONTEXT)
 @site_option
-@click.option("--follow", "-f", is_flag=True,
-              help="Keep printing as the job writes, until it ends (waiting while it is pending, and on to the "
-                   "requeue daemon's next attempt); exit with the job's exit status.")
-@click.option("--lines", "-n", type=click.IntRange(min=0), metavar="N",
-              help="Only the last N lines (of each file) to begin with (default: all).")
-@click.option("--err", "stream", flag_value="err", default=False,
-              help="The job's error file (its --error; the output file when it has none).")
-@click.option("--rank", type=click.IntRange(min=0), metavar="R",
-              help="A job writing one file per rank or node (%t, %n in its --output): only rank/node R's "
-                   "(default: all, each line prefixed with its rank).")
-@click.option("--attempt", type=click.IntRange(min=1), metavar="N",
-              help="A restarted job's attempt N (the requeue daemon's restarts and Slurm's requeues; default: "
-                   "the latest).")
-@click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
-              help="The requeue journal that knows restarted jobs' attempts (default: the daemon's).")
+@log_options
 @click.argument("job_id", metavar="JOB")
 @pass_session
-def logs(session, follow, lines, stream, rank, attempt, journal, job_id):
+def logs(session, follow, lines, err, rank, attempt, journal_path, job_id):
     """Print a job's output (CLUSTER:JOBID or CLUSTER:JOBID_TASK), found the way Slurm names it.
 
     Over SSH the file is read on the login node in bounded chunks on the
@@ -41,12 +27,20 @@ def logs(session, follow, lines, stream, rank, attempt, journal, job_id):
     """
     from slurmkit.observe import logs as library
 
-    ref = library.parse_log_ref(job_id, session)
+    return show_logs(session, library.parse_log_ref(job_id, session), follow, lines, "err" if err else "out", rank,
+                     attempt, journal_path)
+
+
+def show_logs(session, ref, follow, lines, stream, rank, attempt, journal, located=None):
+    """``logs``'s body, also ``sweep logs``'s (which gives the point's file as ``located``): print, or
+    follow; the exit status."""
+    from slurmkit.observe import logs as library
+
     out = _writer()
     say = lambda line: click.echo("slurmkit: %s" % line, err=True)   # noqa: E731
     try:
-        located = library.locate(session, ref, stream=stream or "out", attempt=attempt, rank=rank,
-                                 journal_path=journal)
+        located = located or library.locate(session, ref, stream=stream, attempt=attempt, rank=rank,
+                                            journal_path=journal)
     except library.ArrayNeedsTask as exc:
         if follow:
             raise
@@ -60,7 +54,7 @@ def logs(session, follow, lines, stream, rank, attempt, journal, job_id):
     if follow:
         try:
             return library.follow(session, located, out, say, lines=lines, journal_path=journal,
-                                  stream=stream or "out", rank=rank)
+                                  stream=stream, rank=rank)
         except KeyboardInterrupt:   # the user's way to stop following: not an error
             return 130
     if not library.show(session, located, out, lines=lines):
@@ -83,7 +77,7 @@ def _writer():
 @site_option
 @click.option("--here", is_flag=True, help="Do not ask the site's other clusters when they would start it.")
 @click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
-              help="The requeue journal that knows whether the daemon restarted it (default: the daemon's).")
+                 help="The requeue journal that knows whether the daemon restarted it (default: the daemon's).")
 @json_option
 @click.argument("job_id", metavar="JOB")
 @pass_session
@@ -117,7 +111,7 @@ def why(session, here, journal, as_json, job_id):
 @click.command(context_settings=CONTEXT)
 @site_option
 @click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
-              help="The requeue journal that knows a restarted job's attempts (default: the daemon's).")
+                 help="The requeue journal that knows a restarted job's attempts (default: the daemon's).")
 @json_option
 @click.argument("job_id", metavar="JOB")
 @pass_session

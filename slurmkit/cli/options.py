@@ -377,3 +377,29 @@ def require_site(site):
     names = sorted(list_sites())
     raise UsageError("no site given; use --site NAME|PATH or set SLURMKIT_SITE (available: %s)"
                      % (", ".join(names) or "none found"))
+
+
+def log_options(func):
+    """The options of ``logs`` and ``sweep logs``."""
+    for option in reversed(_LOG_OPTIONS):
+        func = option(func)
+    return func
+
+
+_LOG_OPTIONS = [
+    click.option("--follow", "-f", is_flag=True,
+                 help="Keep printing as the job writes, until it ends (waiting while it is pending, and on to the "
+                      "requeue daemon's next attempt); exit with the job's exit status."),
+    click.option("--lines", "-n", type=click.IntRange(min=0), metavar="N",
+                 help="Only the last N lines (of each file) to begin with (default: all)."),
+    click.option("--err", "err", is_flag=True,
+                 help="The job's error file (its --error; the output file when it has none)."),
+    click.option("--rank", type=click.IntRange(min=0), metavar="R",
+                 help="A job writing one file per rank or node (%t, %n in its --output): only rank/node R's "
+                      "(default: all, each line prefixed with its rank)."),
+    click.option("--attempt", type=click.IntRange(min=1), metavar="N",
+                 help="A restarted job's attempt N (the requeue daemon's restarts and Slurm's requeues; default: "
+                      "the latest)."),
+    click.option("--journal", "journal_path", metavar="FILE", envvar="SLURMKIT_JOURNAL",
+                 help="The requeue journal that knows restarted jobs' attempts (default: the daemon's)."),
+]

@@ -13,7 +13,8 @@ import functools
 import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, cluster_option, job_options, job_spec_from,
-                                  json_option, print_json, requeue_options, site_option, text_value, warn)
+                                  json_option, log_options, print_json, requeue_options, site_option, text_value,
+                                  warn)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -284,6 +285,35 @@ def sweep_status(session, journal, record, failed, output, as_json):
             for line in (tails.get(p.point_id) or "").splitlines():
                 click.echo("      | %s" % line)
         click.echo("rerun them: slurmkit sweep rerun %s --failed" % record.id)
+
+
+@sweep.command("logs", context_settings=CONTEXT)
+@site_option
+@log_options
+@click.argument("sweep_id", metavar="ID")
+@click.argument("point_ref", metavar="POINT")
+@_with_sweep
+def sweep_logs(session, journal, record, point_ref, follow, lines, err, rank, attempt, journal_path):
+    """A sweep point's output (POINT: its id, a unique prefix, or #N for the N-th point): its program's
+    output.log (--err: error.log), every attempt's, followed with -f while its task runs.
+
+    \b
+    Examples:
+      slurmkit sweep logs train-1a2b3c4d 3f9a
+      slurmkit sweep logs -f train-1a2b3c4d '#7'
+    """
+    from slurmkit.cli.observe_commands import show_logs
+    from slurmkit.observe import logs
+    from slurmkit.sweep import state
+
+    if rank is not None or attempt is not None:
+        raise click.UsageError("a point's output.log holds every attempt of its one task: --rank and --attempt "
+                               "do not apply (slurmkit logs CLUSTER:ARRAY_TASK reads Slurm's own files)")
+    cluster, array_id, index, point_id = state.point_task(journal, record, point_ref)
+    ref = logs.LogRef(cluster, array_id, index)
+    stream = "err" if err else "out"
+    located = logs.locate_file(session, ref, state.point_log(record, point_id, stream), stream)
+    return show_logs(session, ref, follow, lines, stream, rank, attempt, journal_path, located=located)
 
 
 @sweep.command("rerun", context_settings=CONTEXT)

@@ -264,7 +264,7 @@ def efficiency(session: "Session", ref: "LogRef", journal_path: Optional[str] = 
         rows = [r for r in rows if asked(r)]
         attempts.extend(attempts_from_rows(cluster, rows))
     tasks = list(dict.fromkeys(a.job_id for a in attempts))
-    if ref.task is None and len(tasks) > 1 and all("_" in t for t in tasks):
+    if ref.task is None and tasks and all("_" in t for t in tasks):   # an array's id: its tasks
         return array_report(str(ref), [[a for a in attempts if a.job_id == t] for t in tasks])
     hint = None
     if attempts and attempts[-1].gpus is None:

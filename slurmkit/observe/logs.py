@@ -358,6 +358,15 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
                    tracked.id if tracked is not None else None, stream)
 
 
+def locate_file(session: "Session", ref: LogRef, path: str, stream: str = "out") -> Located:
+    """A job whose output slurmkit itself put in a known file (a sweep point's ``output.log``)."""
+    records = job_records(session.backend(ref.cluster), ref.slurm_id)
+    if not records:
+        raise SlurmkitError("job %s is not known to cluster %s" % (ref, ref.cluster))
+    record = records[0]._replace(stdout=path, stderr=path)
+    return Located(ref, record, [LogFile(path)], path, None, 1, "", None, stream)
+
+
 def _tracked_pattern(tracked, record: JobRecord, stream: str) -> Optional[str]:
     """The output pattern of a tracked job from its spec (22.05's accounting keeps none)."""
     from slurmkit.script.render import output_file_name

@@ -346,7 +346,9 @@ class CommandBackend(SlurmBackend):
         if not line:
             return None
         out, _, err = line.partition(commands.SQUEUE_DELIMITER)
-        return (out.strip() or None, err.strip() or None)
+        # 24.11 prints "(null)" for an --error the job did not give (22.05: the output's pattern).
+        out, err = (None if v.strip() in ("", "(null)") else v.strip() for v in (out, err))
+        return out, err
 
     def accounting_records(self, job_id):
         if not self.has_accounting():

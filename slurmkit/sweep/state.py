@@ -49,6 +49,34 @@ class SweepStatus(NamedTuple):
         return "%s:%s_%d" % (array.cluster, array.job_id, point.idx)
 
 
+def point_task(journal: Journal, sweep: SweepRecord, point_ref: str) -> Tuple[str, str, int, str]:
+    """(cluster, array job id, task index, point id) of a sweep's point: its id, a unique prefix of it, or
+    its position (``#3``, the third point); the journal's own record, no Slurm query."""
+    from slurmkit.errors import UsageError
+
+    points = journal.points(sweep.id)
+    if point_ref.startswith("#") and point_ref[1:].isdigit():
+        found = [p for p in points if p.position == int(point_ref[1:]) - 1]
+    else:
+        found = [p for p in points if p.point_id == point_ref] or \
+            [p for p in points if p.point_id.startswith(point_ref)]
+    if len(found) != 1:
+        raise UsageError("sweep %s has %s point %r; `slurmkit sweep status %s --json` lists them"
+                         % (sweep.id, "no" if not found else "more than one", point_ref, sweep.id))
+    point = found[0]
+    array = next((a for a in journal.arrays(sweep.id) if a.id == point.array_id), None)
+    if array is None or array.job_id is None or point.idx is None:
+        raise UsageError("point %s of sweep %s has not been submitted yet" % (point.point_id, sweep.id))
+    return array.cluster, array.job_id, point.idx, point.point_id
+
+
+def point_log(sweep: SweepRecord, point_id: str, stream: str = "out") -> str:
+    """Where a point's program writes (the sweep script appends every attempt's output there)."""
+    import os
+
+    return os.path.join(sweep.sweep_dir, "points", point_id, "output.log" if stream == "out" else "error.log")
+
+
 def _reconcile_intents(session, journal: Journal, intents: Sequence[ArrayRecord]) -> None:
     """Arrays whose sbatch ran without the journal learning its id (a crash, a lost answer): found by token."""
     for array in intents:

@@ -128,6 +128,14 @@ def test_an_array_lists_its_tasks_and_a_task_shows_its_own_file(devcluster, tmp_
     assert "name one, e.g. alpha:%s_0" % job in one_error_line(refused.stderr)
 
 
+def test_the_error_file_is_its_own(devcluster, tmp_path):
+    job = sbatch("alpha", "-o", str(tmp_path / "oe-%j.out"), "-e", str(tmp_path / "oe-%j.err"), "--wrap",
+                 "echo to stdout; echo to stderr >&2")
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
+    assert slurmkit("logs", "alpha:" + job).stdout == "to stdout\n"
+    assert slurmkit("logs", "--err", "alpha:" + job).stdout == "to stderr\n"
+
+
 def test_the_last_lines_only(devcluster, tmp_path):
     job = sbatch("alpha", "-o", str(tmp_path / "n-%j.out"), "--wrap", "seq 1 5000")
     wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
@@ -227,12 +235,19 @@ def test_why_a_job_that_reached_its_time_limit(time_limited_job):
 
 # --- slurmkit eff -----------------------------------------------------------------------------------
 
-def eff_json(ref, env=None):
+def accounted(ref, complete):
+    """``eff --json`` once accounting holds what ``complete(data)`` needs (slurmdbd records a job a moment
+    after the controller ended it; until then eff says it has no record, or part of it)."""
     import json
 
-    proc = slurmkit("eff", "--json", ref, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    def ready():
+        proc = slurmkit("eff", "--json", ref)
+        if proc.returncode != 0:
+            assert "accounting has no record" in proc.stderr, proc.stderr
+            return None
+        data = json.loads(proc.stdout)
+        return data if complete(data) else None
+    return wait_until(ready, 30, what="accounting to hold %s" % ref)
 
 
 def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluster, tmp_path):
@@ -247,8 +262,7 @@ def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluste
                      "t = time.time()\n"
                      "while time.time() - t < 4: pass\n'\n")))
     wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
-    data = wait_until(lambda: (lambda d: d if d["peak_rss_bytes"] else None)(eff_json("alpha:" + job)), 30,
-                      what="accounting to hold the job's steps")
+    data = accounted("alpha:" + job, lambda d: d["peak_rss_bytes"])
     assert data["state"] == "COMPLETED" and len(data["attempts"]) == 1
     assert data["cpu_efficiency_pct"] > 60, data            # both CPUs busy for most of the job
     assert 300 << 20 <= data["peak_rss_bytes"] < 1 << 30, data
@@ -261,6 +275,7 @@ def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluste
 def test_eff_says_an_idle_job_asked_for_too_many_cpus(devcluster, tmp_path):
     job = sbatch("alpha", "-c", "4", "-t", "5", "-o", str(tmp_path / "i-%j.out"), "--wrap", "sleep 3")
     wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
+    accounted("alpha:" + job, lambda d: d["cpu_efficiency_pct"] is not None)
     shown = slurmkit("eff", "alpha:" + job)
     assert shown.returncode == 0, shown.stderr
     assert "verdict: asked for 4 CPUs, kept about 0.0 busy: ask for 1" in shown.stdout.splitlines(), shown.stdout
@@ -270,7 +285,8 @@ def test_eff_of_an_array_has_a_line_per_task_and_without_accounting_says_why_not
     job = sbatch("alpha", "--array=0-2", "-t", "5", "-o", str(tmp_path / "ae-%A_%a.out"), "--wrap", "true")
     for i in range(3):
         wait_job_state("alpha", "%s_%d" % (job, i), {"COMPLETED"}, timeout=60)
-    data = eff_json("alpha:" + job)
+    # slurmdbd records each task a moment after the controller ran it: wait until it holds all three.
+    data = accounted("alpha:" + job, lambda d: len(d.get("tasks", ())) == 3)
     assert [t["id"] for t in data["tasks"]] == ["alpha:%s_%d" % (job, i) for i in range(3)]
     assert all(t["state"] == "COMPLETED" for t in data["tasks"])
     refused = slurmkit("eff", "beta:1")

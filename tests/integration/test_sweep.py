@@ -250,6 +250,15 @@ def test_a_sweep_over_ssh_reads_failed_output_on_the_login_node(devcluster, tmp_
     assert data["counts"] == {"COMPLETED": 2, "FAILED": 1}
     (failed,) = status(tmp_path, sweep_id, "--failed", env=env)["points"]
     assert failed["values"] == {"seed": "7"} and failed["error_tail"] == "seed 7 fails on purpose"
+    # `sweep logs`: a point's own output and error files, read on the login node too (the second point is seed 7)
+    # (each attempt's lines under the sweep script's header naming the task)
+    err = slurmkit(tmp_path, "sweep", "logs", "--err", sweep_id, "#2", env=env).stdout.splitlines()
+    assert len(err) == 2 and err[0].startswith("== slurmkit sweep %s point %s: task " % (sweep_id, failed["point"]))
+    assert err[1] == "seed 7 fails on purpose"
+    out = slurmkit(tmp_path, "sweep", "logs", sweep_id, failed["point"][:6], env=env)
+    assert [json.loads(line)["argv"] for line in out.stdout.splitlines() if line.startswith("{")] == [["7"]], (out.stdout, out.stderr)
+    wrong = slurmkit(tmp_path, "sweep", "logs", sweep_id, "#9", check=False, env=env)
+    assert wrong.returncode == 2 and "has no point '#9'" in wrong.stderr
 
 
 # Slurm keeps an array's pending tasks in the array's own record; cancelled there, squeue prints that record as
