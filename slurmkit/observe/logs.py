@@ -66,6 +66,12 @@ class LogRef(NamedTuple):
     def __str__(self):
         return "%s:%s" % (self.cluster, self.slurm_id)
 
+    @classmethod
+    def of(cls, cluster: str, slurm_id: str) -> "LogRef":
+        """From a cluster's name and a Slurm id (``72`` or ``72_3``) slurmkit itself recorded."""
+        job, _, task = str(slurm_id).partition("_")
+        return cls(cluster, job, int(task) if task.isdigit() else None)
+
 
 def parse_log_ref(text: str, session: "Session") -> LogRef:
     """``CLUSTER:JOBID``, ``CLUSTER:JOBID_TASK`` or a bare id (the site's default cluster)."""
@@ -312,7 +318,7 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
                                  % (ref, ", ".join(str(a.number) for a in submitted), attempt))
         else:
             pick = submitted[-1]
-        ref = parse_log_ref("%s:%s" % (pick.cluster, pick.job_id), session)
+        ref = LogRef.of(pick.cluster, pick.job_id)
         chosen = pick.number
     backend = session.backend(ref.cluster)
     records = job_records(backend, ref.slurm_id, patterns=True)
@@ -607,14 +613,13 @@ def _next_attempt(session, located: Located, say, clock, journal_path) -> Option
             later = [a for a in tracked.attempts if a.job_id and (located.attempt is None
                                                                     or a.number > located.attempt)]
             if later:
-                return LogRef(later[0].cluster, later[0].job_id.partition("_")[0],
-                              _int(later[0].job_id.partition("_")[2], None) if "_" in later[0].job_id else None)
+                return LogRef.of(later[0].cluster, later[0].job_id)
             if tracked.state != "active":
                 if tracked.reason:
                     say("%s: the requeue daemon will not restart it: %s" % (located.ref, tracked.reason))
                 return None
             if not announced:
-                say("%s ended; waiting for the requeue daemon to restart it" % located.ref)
+                say("%s ended; waiting for the requeue daemon to restart it" % (located.ref,))
                 announced = True
             clock.sleep(STATE_EVERY_S)
     finally:

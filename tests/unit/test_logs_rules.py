@@ -246,3 +246,45 @@ def test_eff_reads_slurms_sizes_and_cpu_times():
     assert eff.cpu_seconds("01:00.035") == 60.035 and eff.cpu_seconds("1-02:03:04") == 93784
     assert eff.cpu_seconds("") is None
     assert eff.tres("cpu=2,gres/gpu:h100=4") == {"cpu": "2", "gres/gpu:h100": "4"}
+
+
+def test_a_follow_moves_to_the_requeue_daemons_next_attempt_and_stops_with_the_chain(tmp_path):
+    """Attempt 1 (alpha:74) fails; the daemon queues attempt 2 (alpha:80) a few seconds later: the follow
+    prints both attempts' files in turn and ends with attempt 2's status once the daemon stops the chain."""
+    from slurmkit.requeue.journal import Journal
+
+    journal_path = str(tmp_path / "requeue.db")
+    journal = Journal(journal_path)
+    tracked = journal.track(name="train", site="local", cluster="alpha", partition=None, spec={},
+                            checkpoint_dir=str(tmp_path / "ckpt"))
+    journal.submitted(journal.begin_attempt(tracked, 1, "t1", "alpha"), "74")
+    first, second = tmp_path / "out-74.log", tmp_path / "out-80.log"
+    first.write_text("attempt one\n")
+    second.write_text("attempt two\n")
+
+    class TwoJobs(Backend):
+        def job_records(self, job_id):
+            self.asked += 1
+            if job_id == "74":
+                return [controller(JobState="NODE_FAIL", StdOut=str(first))]
+            return [controller(JobId="80", JobState="COMPLETED", StdOut=str(second))]
+
+    clock, printed, said = FakeClock(), [], []
+
+    def daemon_restarts():
+        journal.submitted(journal.begin_attempt(tracked, 2, "t2", "alpha"), "80")
+        journal.stop(tracked, "completed", state="completed")
+    clock.call_after(5.0, daemon_restarts)
+    session = Session(TwoJobs([{}]))
+    located = logs.locate(session, logs.LogRef("alpha", "74"), journal_path=journal_path)
+    assert (located.attempt, located.attempts, located.tracked_id) == (1, 1, tracked)
+    code = logs.follow(session, located, printed.append, said.append, clock=clock, journal_path=journal_path)
+    assert code == 0
+    assert "".join(printed) == "attempt one\nattempt two\n"
+    assert "alpha:74 ended; waiting for the requeue daemon to restart it" in said
+    assert any(line.startswith("alpha:80: attempt 2 of alpha") for line in said), said
+    # --attempt picks one of the chain; a number not in it is refused with the ones there are
+    assert logs.locate(session, logs.LogRef("alpha", "80"), attempt=1, journal_path=journal_path).ref.job_id == "74"
+    with pytest.raises(UsageError, match="has attempts 1, 2; --attempt 3"):
+        logs.locate(session, logs.LogRef("alpha", "80"), attempt=3, journal_path=journal_path)
+    journal.close()
