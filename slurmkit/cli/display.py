@@ -9,8 +9,16 @@ from typing import List, Sequence, Tuple
 from slurmkit.script import collective
 
 
-def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
-    """(problem lines, lint warnings, files that are fine) for ``site validate``."""
+def validate_report(paths: Sequence[str], now=None) -> Tuple[List[str], List[str], List[str]]:
+    """(problem lines, lint warnings, files that are fine) for ``site validate``.
+
+    A carbon forecast is data that changes hourly, not configuration: one it
+    refuses at ``now`` (default: the current time) is a warning naming what
+    is used instead, not a problem of the file.
+    """
+    from datetime import datetime
+
+    from slurmkit.energy.model import carbon_source
     from slurmkit.site import load_site, validate_files
 
     problems, warnings, ok = [], [], []
@@ -25,6 +33,9 @@ def validate_report(paths: Sequence[str]) -> Tuple[List[str], List[str], List[st
             for partition in cluster.partitions.values():
                 warnings.extend(collective.lint(partition, "%s: clusters.%s.partitions.%s"
                                             % (path, cluster.name, partition.name)))
+            warning = carbon_source(cluster, now or datetime.now()).warning
+            if warning:
+                warnings.append("%s: %s" % (path, warning))
     return problems, warnings, ok
 
 

@@ -1,4 +1,9 @@
-"""Energy, cost and carbon (issue "Green compute"): the room, not yet built.
+"""Energy, cost and carbon (issue "Green compute").
+
+Built so far: :mod:`slurmkit.energy.forecast` (Carbon Aware SDK forecasts,
+checked or refused with a reason) and :mod:`slurmkit.energy.model` (a job's
+expected kWh, cost and gCO2e from the site's power model, prices, PUE and
+carbon intensity).
 
 What goes here: the site's power model per partition, energy prices and
 carbon intensity by hour (a fixed value, a profile or a forecast in the

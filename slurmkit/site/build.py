@@ -9,7 +9,8 @@ accelerator, health settings a cluster inherits from the site).
 
 from slurmkit.site import checkers, schema
 from slurmkit.site.model import (Cluster, ClusterHealth, ContainerSettings, Defaults, Fabric, HealthChecks, HealthMount,
-                                 HealthSettings, HealthSsh, LoginNode, Partition, PriceWindow, RequeueSettings,
+                                 HealthSettings, HealthSsh, HourWindow, LoginNode, Partition, PowerModel, PriceWindow, RequeueSettings,
+                                 EnergySettings,
                                  RoceSettings, Site, default_gres_name)
 
 
@@ -102,6 +103,7 @@ def _build_cluster(name, value, site_health=None):
         switch_group_features=tuple(value.get("switch_group_features") or ()),
         price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
         default_partition=value.get("default_partition"),
+        energy=_build_energy(value.get("energy")),
         health=_build_cluster_health(site_health or {"command": list(ClusterHealth._field_defaults["command"])},
                                      value.get("health") or {}),
     )
@@ -117,6 +119,32 @@ def _build_prices(value):
         start, end = checkers.parse_hours(window["hours"])
         windows.append(PriceWindow(start, end, float(window["price"])))
     return tuple(windows)
+
+
+def _build_hour_windows(value, key):
+    """A number (all day) or a list of {hours, KEY} windows, as HourWindows; () when absent (unknown)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return (HourWindow(0, 24, float(value)),)
+    return tuple(HourWindow(*checkers.parse_hours(w["hours"]), float(w[key])) for w in value)
+
+
+def _build_energy(value):
+    if not value:
+        return EnergySettings()
+    return EnergySettings(
+        pue=float(value["pue"]) if value.get("pue") is not None else None,
+        price_per_kwh=_build_hour_windows(value.get("price_per_kwh"), "price"),
+        carbon_intensity=_build_hour_windows(value.get("carbon_intensity"), "value"),
+        carbon_forecast=value.get("carbon_forecast"),
+        carbon_forecast_location=value.get("carbon_forecast_location"))
+
+
+def _build_power(value):
+    if not value:
+        return None
+    return PowerModel(**{key: float(v) for key, v in value.items() if v is not None})
 
 
 def _build_partition(name, value, cluster_containers=ContainerSettings()):
@@ -136,6 +164,7 @@ def _build_partition(name, value, cluster_containers=ContainerSettings()):
         gres_name=value.get("gres_name") or default_gres_name(accelerator),
         health=_build_partition_health(value.get("health")),
         containers=_build_containers(value.get("containers"), cluster_containers),
+        power=_build_power(value.get("power")),
     )
 
 

@@ -191,6 +191,20 @@ def _valid(mapping, *keys):
 
 def check_price_windows(windows):
     """Windows must cover each hour of the day exactly once."""
+    return _check_day_windows(windows, "price")
+
+
+def check_energy_price_windows(windows):
+    """Energy price windows ({hours, price}), as the GPU-hour ones: each hour exactly once."""
+    return _check_day_windows(windows, "energy price")
+
+
+def check_carbon_windows(windows):
+    """Carbon intensity windows ({hours, value}): each hour exactly once."""
+    return _check_day_windows(windows, "carbon intensity")
+
+
+def _check_day_windows(windows, noun):
     counts = [0] * 24
     for window in windows:
         if window is INVALID or not _valid(window, "hours") or "hours" not in window:
@@ -202,11 +216,11 @@ def check_price_windows(windows):
     overlap = [h for h in range(24) if counts[h] > 1]
     gaps = [h for h in range(24) if counts[h] == 0]
     if overlap:
-        problems.append(((), "price windows overlap at hours %s; each hour must have exactly one price"
-                         % _hour_ranges(overlap)))
+        problems.append(((), "%s windows overlap at hours %s; each hour must have exactly one %s"
+                         % (noun, _hour_ranges(overlap), "value" if noun == "carbon intensity" else "price")))
     if gaps:
-        problems.append(((), "price windows leave hours %s uncovered; together they must cover all 24 hours"
-                         % _hour_ranges(gaps)))
+        problems.append(((), "%s windows leave hours %s uncovered; together they must cover all 24 hours"
+                         % (noun, _hour_ranges(gaps))))
     return problems
 
 
@@ -225,7 +239,7 @@ def check_fabric(fabric):
 
 
 def check_partition(part):
-    problems = []
+    problems = check_partition_power(part)
     acc = part.get("accelerator")
     if acc is None or acc is INVALID:
         return problems  # missing/invalid accelerator is reported already
@@ -287,6 +301,33 @@ def check_cluster(cluster):
         problems.append((("default_partition",), "unknown partition %r; this cluster has: %s"
                          % (default, ", ".join(sorted(parts)))))
     return problems
+
+
+def check_power(power):
+    """A power model needs the busy watts of what the partition has; idle may not exceed busy."""
+    problems = []
+    for part in ("gpu", "node"):
+        idle, busy = power.get(part + "_idle_watts"), power.get(part + "_busy_watts")
+        if isinstance(idle, (int, float)) and isinstance(busy, (int, float)) and idle > busy:
+            problems.append(((part + "_idle_watts",), "is more than %s_busy_watts (%s > %s); idle draws less "
+                             "than busy" % (part, idle, busy)))
+    if power.get("node_busy_watts") is None:
+        # Without it every job's energy would silently leave out CPUs, memory and fans.
+        problems.append(((), "node_busy_watts is required: what one node draws busy, without its GPUs"))
+    return problems
+
+
+def check_partition_power(part):
+    """A partition with accelerators needs gpu_busy_watts in its power model, one without has none."""
+    power = part.get("power")
+    acc = part.get("accelerator")
+    if not isinstance(power, dict) or acc in (None, INVALID):
+        return []
+    if acc != "none" and power.get("gpu_busy_watts") is None:
+        return [(("power",), "gpu_busy_watts is required: the partition has accelerators (%s)" % acc)]
+    if acc == "none" and (power.get("gpu_busy_watts") is not None or power.get("gpu_idle_watts") is not None):
+        return [(("power",), "gpu_*_watts only apply to a partition with accelerators (accelerator is none)")]
+    return []
 
 
 def check_checkpoint_convention(value):

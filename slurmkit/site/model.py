@@ -167,6 +167,20 @@ class ContainerSettings(NamedTuple):
                    env=tuple(data["env"]), options=tuple(data.get("options") or ()))
 
 
+class PowerModel(NamedTuple):
+    """What one node and one accelerator draw, idle and busy (watts; None: the site did not say).
+
+    Node watts are the node without its accelerators (CPUs, memory, fans,
+    NICs), so a job's draw is nodes x (node + GPUs x GPU) whatever the GPU
+    count per node (slurmkit.energy.model).
+    """
+
+    gpu_idle_watts: Optional[float] = None
+    gpu_busy_watts: Optional[float] = None
+    node_idle_watts: Optional[float] = None
+    node_busy_watts: Optional[float] = None
+
+
 class Partition(NamedTuple):
     name: str
     accelerator: str = "none"            # one of ACCELERATORS
@@ -180,6 +194,7 @@ class Partition(NamedTuple):
     gres_name: Optional[str] = None      # Slurm gres name; None: derive ("gpu" nvidia, "npu" ascend)
     health: HealthChecks = HealthChecks()
     containers: ContainerSettings = ContainerSettings()   # the cluster's, with the partition's own keys
+    power: Optional[PowerModel] = None   # None: no power model, a job's energy here is unknown
 
     @property
     def effective_gres_name(self):
@@ -197,6 +212,24 @@ class PriceWindow(NamedTuple):
     start_hour: int                      # 0-23, inclusive
     end_hour: int                        # 0-24, exclusive; may wrap past midnight
     price: float
+
+
+class HourWindow(NamedTuple):
+    """A value for some hours of every day (an energy price per kWh, a carbon intensity in gCO2e/kWh)."""
+
+    start_hour: int                      # 0-23, inclusive
+    end_hour: int                        # 0-24, exclusive; may wrap past midnight
+    value: float
+
+
+class EnergySettings(NamedTuple):
+    """A cluster's energy price, carbon intensity and PUE (slurmkit.energy); each absent one is unknown."""
+
+    pue: Optional[float] = None
+    price_per_kwh: Tuple[HourWindow, ...] = ()       # () : unknown
+    carbon_intensity: Tuple[HourWindow, ...] = ()    # () : unknown; the profile a forecast falls back to
+    carbon_forecast: Optional[str] = None            # a Carbon Aware SDK forecast file, read when planning
+    carbon_forecast_location: Optional[str] = None   # which of its locations, when it holds several
 
 
 class LoginNode(NamedTuple):
@@ -225,6 +258,7 @@ class Cluster(NamedTuple):
     health: ClusterHealth = ClusterHealth()
     containers: ContainerSettings = ContainerSettings()   # each partition's holds what applies there
     python: Optional[str] = None         # the Python of the API's calls on the nodes (slurmkit.api)
+    energy: EnergySettings = EnergySettings()
 
 
 class Defaults(NamedTuple):
@@ -304,7 +338,13 @@ def site_from_plain(data: dict) -> Site:
         # data["health"] without a default: a cache entry written before health existed is
         # a KeyError, which makes the cache load the file again.
         return Partition(**dict(p, fabric=fabric, health=HealthChecks.from_plain(p["health"]),
-                                containers=ContainerSettings.from_plain(p["containers"])))
+                                containers=ContainerSettings.from_plain(p["containers"]),
+                                # KeyError for an entry of an older slurmkit: a cache miss, loaded afresh.
+                                power=PowerModel(**p["power"]) if p["power"] else None))
+
+    def energy(e):
+        return EnergySettings(**dict(e, price_per_kwh=tuple(HourWindow(**w) for w in e["price_per_kwh"]),
+                                     carbon_intensity=tuple(HourWindow(**w) for w in e["carbon_intensity"])))
 
     def cluster(c):
         health = ClusterHealth(command=tuple(c["health"]["command"]), ssh=HealthSsh(**c["health"]["ssh"]))
@@ -313,7 +353,8 @@ def site_from_plain(data: dict) -> Site:
                               price_per_gpu_hour=tuple(PriceWindow(**w) for w in c["price_per_gpu_hour"]),
                               # KeyError for an entry of an older slurmkit: a cache miss, loaded afresh.
                               switch_group_features=tuple(c["switch_group_features"]), health=health,
-                              containers=ContainerSettings.from_plain(c["containers"])))
+                              containers=ContainerSettings.from_plain(c["containers"]),
+                              energy=energy(c["energy"])))
 
     return Site(**dict(data, clusters={n: cluster(c) for n, c in data["clusters"].items()},
                        defaults=Defaults(**data["defaults"]), modules=tuple(data["modules"]),

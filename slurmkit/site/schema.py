@@ -58,7 +58,8 @@ from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, 
                                     check_containers, check_drain_cap, check_env_name, check_fabric, check_feature,
                                     check_health_skip, check_hours, check_ib_port, check_image_location,
                                     check_image_name, check_mount_path, check_name, check_non_empty,
-                                    check_partition, check_port_range, check_price_windows, check_proxy_jump,
+                                    check_partition, check_port_range, check_power, check_price_windows,
+                                    check_carbon_windows, check_energy_price_windows, check_proxy_jump,
                                     check_runtime_option, check_site, check_unique, check_variable_name)
 from slurmkit.site.model import ACCELERATORS, FABRICS
 from slurmkit.times import TIME_FORMATS_TEXT
@@ -194,6 +195,22 @@ CONTAINERS = {
     "checker": check_containers,
 }
 
+# Green compute (slurmkit.energy): watts in, kWh, cost and gCO2 out.  Bounds catch unit slips (kW for W).
+POWER = {
+    "type": "mapping",
+    "doc": "the partition's power model (slurmkit.energy): what a job's nodes and GPUs draw; absent: energy unknown",
+    "keys": {
+        "gpu_idle_watts": {"type": "number", "min": 0, "max": 5000, "doc": "one accelerator, idle"},
+        "gpu_busy_watts": {"type": "number", "min": 0, "max": 5000,
+                           "doc": "one accelerator, busy (about its board power limit); required with accelerators"},
+        "node_idle_watts": {"type": "number", "min": 0, "max": 100000,
+                            "doc": "one node without its accelerators (CPUs, memory, fans, NICs), idle"},
+        "node_busy_watts": {"type": "number", "min": 0, "max": 100000,
+                            "doc": "one node without its accelerators, busy; required"},
+    },
+    "checker": check_power,
+}
+
 PARTITION = {
     "type": "mapping",
     "doc": "one Slurm partition",
@@ -213,6 +230,7 @@ PARTITION = {
         "fabric": FABRIC,
         "health": HEALTH_CHECKS,
         "containers": CONTAINERS,
+        "power": POWER,
     },
     "checker": check_partition,
 }
@@ -223,6 +241,59 @@ PRICE_WINDOW = {
         "hours": {"type": "str", "required": True, "checker": check_hours,
                   "doc": "\"START-END\" in whole hours, may wrap midnight (\"20-08\")"},
         "price": {"type": "number", "required": True, "min": 0, "doc": "price per GPU-hour in this window"},
+    },
+}
+
+ENERGY_PRICE_WINDOW = {
+    "type": "mapping",
+    "keys": {
+        "hours": {"type": "str", "required": True, "checker": check_hours,
+                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"22-06\")"},
+        "price": {"type": "number", "required": True, "min": 0, "doc": "price per kWh in this window"},
+    },
+}
+
+CARBON_WINDOW = {
+    "type": "mapping",
+    "keys": {
+        "hours": {"type": "str", "required": True, "checker": check_hours,
+                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"10-16\")"},
+        "value": {"type": "number", "required": True, "min": 0, "max": 2000,
+                  "doc": "grams of CO2-equivalent per kWh in this window"},
+    },
+}
+
+ENERGY = {
+    "type": "mapping",
+    "doc": "energy price, carbon intensity and PUE of this cluster (slurmkit.energy); each key absent: unknown",
+    "keys": {
+        "pue": {"type": "number", "min": 1, "max": 3,
+                "doc": "power usage effectiveness: the facility's energy per unit of IT energy (1.1-1.6 typical)"},
+        "price_per_kwh": {
+            "type": "one_of",
+            "doc": "price of one kWh drawn by the facility: a number, or a list of {hours, price} windows covering "
+                   "the day",
+            "alternatives": [
+                {"type": "number", "min": 0},
+                {"type": "list", "items": ENERGY_PRICE_WINDOW, "min_items": 1,
+                 "checker": check_energy_price_windows},
+            ],
+        },
+        "carbon_intensity": {
+            "type": "one_of",
+            "doc": "gCO2e per kWh: a number, or a list of {hours, value} windows covering the day (the profile a "
+                   "forecast falls back to)",
+            "alternatives": [
+                {"type": "number", "min": 0, "max": 2000},
+                {"type": "list", "items": CARBON_WINDOW, "min_items": 1, "checker": check_carbon_windows},
+            ],
+        },
+        "carbon_forecast": {"type": "str", "path": True,
+                            "doc": "a JSON forecast file in the Carbon Aware SDK's shape ([{location, timestamp, "
+                                   "duration, value}], or its forecast response with forecastData); read when a "
+                                   "job is planned"},
+        "carbon_forecast_location": {"type": "str", "checker": check_non_empty,
+                                     "doc": "the location whose points are used when the forecast holds several"},
     },
 }
 
@@ -266,6 +337,7 @@ CLUSTER = {
                 {"type": "list", "items": PRICE_WINDOW, "min_items": 1, "checker": check_price_windows},
             ],
         },
+        "energy": ENERGY,
         "partitions": {"type": "map_of", "required": True, "min_items": 1, "key_checker": check_name,
                        "values": PARTITION, "doc": "partition name -> partition"},
         "health": {"type": "mapping", "doc": "this cluster's health sweep settings (over the site's)",
