@@ -67,3 +67,41 @@ def parse_minutes(text) -> Optional[float]:
     except ValueError as exc:
         raise UsageError("%s (e.g. --time 12:00:00)" % exc) from None
     return None if seconds is None else seconds / 60.0
+
+
+# ---------------------------------------------------------------------------
+# Moments (--deadline): when, not how long
+
+_RELATIVE_RE = re.compile(r"(?:now)?\+([0-9]+)\s*(m|min|minutes?|h|hours?|d|days?)", re.ASCII | re.IGNORECASE)
+_CLOCK_RE = re.compile(r"([0-9]{1,2}):([0-9]{2})", re.ASCII)
+WHEN_FORMATS_TEXT = "YYYY-MM-DDTHH:MM[:SS], HH:MM (the next one), +8h, +90m, +2d or now+8hours"
+
+
+def parse_when(text, now):
+    """The moment ``text`` names, as a naive local datetime like ``now`` (Slurm's own times are local).
+
+    Accepts an ISO date and time (``2026-12-05T08:00``), a clock time (``08:00``: the next one after
+    ``now``) or a time from now (``+8h``, ``+90m``, ``+2d``, ``now+8hours``); ValueError otherwise.
+    """
+    from datetime import datetime, timedelta
+
+    raw = str(text).strip()
+    match = _RELATIVE_RE.fullmatch(raw)
+    if match:
+        unit = match.group(2)[0].lower()
+        return now + timedelta(**{{"m": "minutes", "h": "hours", "d": "days"}[unit]: int(match.group(1))})
+    match = _CLOCK_RE.fullmatch(raw)
+    if match:
+        hour, minute = int(match.group(1)), int(match.group(2))
+        if hour > 23 or minute > 59:
+            raise ValueError("%r is not a time of day; use HH:MM from 00:00 to 23:59" % raw)
+        moment = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        return moment if moment > now else moment + timedelta(days=1)
+    try:
+        moment = datetime.fromisoformat(raw.replace(" ", "T", 1)) if re.fullmatch(
+            r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?", raw, re.ASCII) else None
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise ValueError("%r is not a moment; use %s" % (raw, WHEN_FORMATS_TEXT))
+    return moment

@@ -240,7 +240,48 @@ def candidates_table(placement) -> str:
         rows.append(["%s%s" % (mark, c.cluster), c.partition or "-",
                      c.estimate.strftime("%Y-%m-%dT%H:%M:%S") if c.estimate else "-",
                      "%.2f" % c.price if c.price is not None else "-", c.skip or ("failed" if note else "ok"), note])
-    return format_table(rows, ["CLUSTER", "PARTITION", "ESTIMATED START", "PRICE/GPU-H", "STATUS", "REASON"])
+    table = format_table(rows, ["CLUSTER", "PARTITION", "ESTIMATED START", "PRICE/GPU-H", "STATUS", "REASON"])
+    if placement.windows:
+        table += "\n\n" + windows_table(placement)
+    return table
+
+
+# --explain lists every cluster's estimate window and the best of the later ones; --json lists them all.
+WINDOW_ROWS = 20
+
+
+def windows_table(placement) -> str:
+    """The windows considered for --prefer/--deadline, best first: start, end, kWh, cost, gCO2e; '?' unknown."""
+    from slurmkit.federation.windows import rank_key
+
+    ranked = sorted(placement.windows, key=lambda w: (not w.meets,) + tuple(rank_key(placement.prefer)(w)))
+    shown = [w for i, w in enumerate(ranked) if i < WINDOW_ROWS or not w.later]
+    chosen = placement.chosen
+
+    def number(value, form):
+        return "?" if value is None else form % value
+
+    rows = []
+    for w in shown:
+        mark = "*" if chosen is not None and w.cluster == chosen.cluster and w.start == chosen.start \
+            and w.candidate.partition == chosen.candidate.partition else ""
+        rows.append([mark + w.cluster, w.candidate.partition, w.start.strftime("%Y-%m-%dT%H:%M"),
+                     w.end.strftime("%Y-%m-%dT%H:%M"), "--begin" if w.later else "estimate",
+                     number(w.use.kwh, "%.2f"), number(w.use.cost, "%.2f"), number(w.use.gco2 / 1000.0
+                                                                                   if w.use.gco2 is not None else None,
+                                                                                   "%.3f"),
+                     w.use.carbon_source or "-", "yes" if w.meets else "no"])
+    lines = ["prefer %s: %d windows, best first (* chosen)" % (placement.prefer, len(placement.windows)),
+             format_table(rows, ["CLUSTER", "PARTITION", "START", "END", "HOW", "KWH", "COST", "KGCO2E",
+                                 "CARBON FROM", "BY DEADLINE"])]
+    if len(shown) < len(ranked):
+        lines.append("... %d more windows (--json lists them all)" % (len(ranked) - len(shown)))
+    unknown = sorted({why for w in shown for why in w.use.why})
+    lines.extend("unknown: %s" % why for why in unknown)
+    no_pue = sorted({w.cluster for w in shown if w.use.pue is None and w.use.kwh is not None})
+    if no_pue:
+        lines.append("no PUE set for %s: kWh there are the nodes' alone, without cooling" % ", ".join(no_pue))
+    return "\n".join(lines)
 
 
 def format_table(rows, headers) -> str:

@@ -45,6 +45,13 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
                                                "was skipped (on stderr).")
 @click.option("--dry-run", is_flag=True, help="Only plan: print the candidates, submit nothing.")
+@click.option("--prefer", type=click.Choice(["soon", "cheap", "green"]), default=None,
+              help="soon: the earliest start (the default); cheap / green: the lowest expected cost / carbon among "
+                   "the clusters and, with --deadline, the hourly start windows that end by it (a later window is "
+                   "submitted with --begin).")
+@click.option("--deadline", metavar="WHEN", callback=text_value,
+              help="The job must end (start + --time) by then: 2026-12-05T08:00, 08:00 (the next one), +8h, +2d. "
+                   "Refused, with the earliest possible end, when no cluster can meet it.")
 @requeue_options
 @click.option("--checkpoint-dir", metavar="DIR", callback=text_value,
               help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
@@ -54,8 +61,8 @@ def render(session, cluster, as_json, **kwargs):
 @job_options
 @json_option
 @pass_session
-def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts, checkpoint_dir, conventions,
-           transient_exit, hang_timeout, as_json, **kwargs):
+def submit(session, cluster, accel, explain, dry_run, prefer, deadline, auto_requeue, max_restarts, checkpoint_dir,
+           conventions, transient_exit, hang_timeout, as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
@@ -63,6 +70,7 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
       slurmkit submit --site mysite --partition gpu --nodes 4 --gpus-per-node 8 \\
           --time 12:00:00 --comm heavy -- python train.py --lr 3e-4
       slurmkit submit --cluster auto --accel h100,a100 --explain -N 2 -- python train.py
+      slurmkit submit --cluster auto --prefer green --deadline +12h --time 2:00:00 --explain -- python eval.py
       slurmkit submit --auto-requeue --checkpoint-dir /shared/ckpt/run1 -N 2 -- .venv/bin/python train.py
 
     Options end at the first word of the command (as with sbatch and srun):
@@ -76,10 +84,17 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
         requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout)
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
-                                                         checkpoint_dir=checkpoint_dir), requeue=requeue)
+                                                         checkpoint_dir=checkpoint_dir,
+                                                         prefer=prefer not in (None, "soon") and prefer,
+                                                         deadline=deadline), requeue=requeue)
     if auto_requeue:
         from slurmkit.requeue.tracking import budget_overrides
 
+        if prefer not in (None, "soon") or deadline:
+            from slurmkit.errors import UsageError
+
+            raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
+                             "start when the job fails, whatever the window; submit without one of them")
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
                                checkpoint_dir, budget_overrides(max_restarts, transient_exit, conventions,
                                                                 hang_timeout), as_json)
@@ -89,7 +104,9 @@ def submit(session, cluster, accel, explain, dry_run, auto_requeue, max_restarts
         raise UsageError("--max-restarts, --checkpoint-dir, --checkpoint-convention, --transient-exit and "
                          "--hang-timeout need --auto-requeue")
     outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
-                                   plan_only=explain, dry_run=dry_run)
+                              plan_only=explain, dry_run=dry_run, prefer=prefer, deadline=deadline)
+    if outcome.placement is not None:
+        warn(outcome.placement.warnings)
     if outcome.placement is not None and (explain or (dry_run and not as_json)):
         from slurmkit.cli import display  # only multi-cluster submissions pay for this import
 

@@ -92,7 +92,10 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
             "checkpoint_dir": ": each point checkpoints into its own directory (SLURMKIT_CHECKPOINT_DIR, "
                               "<sweep dir>/points/<id>/checkpoint)",
             "accel": ": name the clusters with --cluster and the partition with -p",
-            "explain": "", "dry_run": ": render one task's job with 'slurmkit render'"}.get(given[0], "")))
+            "explain": "", "dry_run": ": render one task's job with 'slurmkit render'",
+            "prefer": ": placement by cost or carbon is for single jobs so far (submit without --sweep)",
+            "deadline": ": placement by deadline is for single jobs so far (submit without --sweep)"
+        }.get(given[0], "")))
 
     request = submission.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                       points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),

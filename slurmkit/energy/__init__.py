@@ -3,7 +3,9 @@
 Built so far: :mod:`slurmkit.energy.forecast` (Carbon Aware SDK forecasts,
 checked or refused with a reason) and :mod:`slurmkit.energy.model` (a job's
 expected kWh, cost and gCO2e from the site's power model, prices, PUE and
-carbon intensity).
+carbon intensity; and what a finished job used, for ``eff``).  The
+federation's windows (``--prefer``, ``--deadline``) are
+:mod:`slurmkit.federation.windows`.
 
 What goes here: the site's power model per partition, energy prices and
 carbon intensity by hour (a fixed value, a profile or a forecast in the

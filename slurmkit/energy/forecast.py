@@ -150,8 +150,9 @@ def parse_forecast(text: str, now: datetime, location: Optional[str] = None) -> 
         if after.start < before.end:
             raise ForecastProblem("points overlap at %s" % after.start.isoformat())
     if points[-1].end <= now:
+        now_utc = now.astimezone(timezone.utc).replace(microsecond=0)
         raise ForecastProblem("stale: its last point ends %s, before now (%s); is the job that writes it running?"
-                              % (points[-1].end.isoformat(), now.astimezone(timezone.utc).replace(microsecond=0).isoformat()))
+                              % (points[-1].end.isoformat(), now_utc.isoformat()))
     return Forecast(tuple(points), location)
 
 

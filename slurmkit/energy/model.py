@@ -1,4 +1,6 @@
-"""What a job of N nodes x G GPUs for a duration starting at a time is expected to use: kWh, cost, gCO2e.
+"""What a job of N nodes x G GPUs for a duration starting at a time is expected to use: kWh, cost, gCO2e
+(:func:`expected`, for the planner), and what a job that ran used (:func:`used`, for ``eff``: Slurm's
+measured energy where there is one, the power model otherwise).
 
 Pure arithmetic over the site's data (:mod:`slurmkit.site.model`):
 
@@ -108,25 +110,47 @@ def expected(cluster: Cluster, partition: Partition, nodes: int, gpus_per_node: 
     ``carbon``: the cluster's intensity (:func:`carbon_source`, read once per
     plan); None uses the profile alone, reading no file.
     """
-    carbon = carbon if carbon is not None else CarbonSource(cluster.energy.carbon_intensity)
-    why: List[str] = []
     watts, unknown = job_watts(partition, nodes, gpus_per_node)
-    if unknown:
-        why.append(unknown)
+    return _over_time(cluster, nodes * gpus_per_node, start, seconds, watts, carbon, [unknown] if unknown else [])
+
+
+def used(cluster: Cluster, partition: Optional[Partition], nodes: int, gpus: int, start: datetime, seconds: float,
+         measured_kwh: Optional[float] = None, carbon: Optional[CarbonSource] = None) -> Tuple[Expected, Optional[str]]:
+    """What a job that ran used: (kWh, cost, gCO2e over the hours it really ran, the energy's source).
+
+    The source is ``"slurm"`` when Slurm measured the energy (ConsumedEnergy,
+    the nodes' own: PUE is applied to it), ``"model"`` when the partition's
+    power model stands in (busy the whole time: an upper bound), None when
+    neither can say.  ``gpus`` is the job's total.
+    """
+    hours = max(0.0, seconds) / 3600.0
+    if measured_kwh is not None and hours > 0:
+        return _over_time(cluster, gpus, start, seconds, measured_kwh * 1000.0 / hours, carbon, []), "slurm"
+    if partition is None:
+        return _over_time(cluster, gpus, start, seconds, None, carbon, ["the job's partition is not in the site"]), None
+    per_node = gpus // nodes if nodes else 0
+    watts, unknown = job_watts(partition, nodes, per_node)
+    return (_over_time(cluster, gpus, start, seconds, watts, carbon, [unknown] if unknown else []),
+            "model" if watts is not None else None)
+
+
+def _over_time(cluster: Cluster, gpus: int, start: datetime, seconds: float, watts: Optional[float],
+               carbon: Optional[CarbonSource], why: List[str]) -> Expected:
+    """Energy, cost and carbon of drawing ``watts`` (IT; None: unknown) with ``gpus`` GPUs for ``seconds``."""
+    carbon = carbon if carbon is not None else CarbonSource(cluster.energy.carbon_intensity)
     pue = cluster.energy.pue
     kw = None if watts is None else watts * (pue or 1.0) / 1000.0
-    gpus = nodes * gpus_per_node
     begin = _aware(start)
     end = begin + timedelta(seconds=max(0.0, seconds))
     cost_energy = cost_gpu = gco2 = 0.0
     sources = set()
     energy_price_known = gpu_price_known = carbon_known = True
+    gpu_prices = [HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour]
     for a, b in _segments(begin, end, carbon.forecast):
         hours = (b - a).total_seconds() / 3600.0
         mid = a + (b - a) / 2
-        if cluster.price_per_gpu_hour:
-            price = window_value([HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour],
-                                 mid)
+        if gpu_prices:
+            price = window_value(gpu_prices, mid)
             if price is None:
                 gpu_price_known = False
             else:
@@ -148,7 +172,7 @@ def expected(cluster: Cluster, partition: Partition, nodes: int, gpus_per_node: 
             carbon_known = False
         else:
             gco2 += kw * hours * intensity
-    configured = bool(cluster.price_per_gpu_hour) or bool(cluster.energy.price_per_kwh)
+    configured = bool(gpu_prices) or bool(cluster.energy.price_per_kwh)
     if not configured:
         why.append("cluster %s has no price (price_per_gpu_hour, energy.price_per_kwh)" % cluster.name)
     elif cluster.energy.price_per_kwh and kw is None:

@@ -25,27 +25,33 @@ class SubmitOutcome(NamedTuple):
         return self.submission.to_dict()
 
 
-def is_federated(cluster: Optional[str], accel: Optional[str] = None, plan_only: bool = False) -> bool:
+def is_federated(cluster: Optional[str], accel: Optional[str] = None, plan_only: bool = False,
+                 prefer: Optional[str] = None, deadline: Optional[str] = None) -> bool:
     """Whether a submission goes through the federation planner.
 
-    ``--cluster auto`` or a comma list, accelerator search (``--accel``) and
-    planning (``--explain``/``--dry-run``) need the candidates of several
-    clusters; a single named (or the default) cluster does not.
+    ``--cluster auto`` or a comma list, accelerator search (``--accel``),
+    planning (``--explain``/``--dry-run``) and placement in time
+    (``--prefer cheap|green``, ``--deadline``) need the candidates of several
+    clusters or windows; a single named (or the default) cluster does not.
     """
-    return bool(plan_only or accel or (cluster and (cluster.strip() == "auto" or "," in cluster)))
+    return bool(plan_only or accel or (prefer not in (None, "soon")) or deadline is not None
+                or (cluster and (cluster.strip() == "auto" or "," in cluster)))
 
 
 def submit_anywhere(session, spec, cluster: Optional[str] = None,
                     partition: Optional[str] = None, accel: Optional[str] = None,
-                    plan_only: bool = False, dry_run: bool = False) -> SubmitOutcome:
+                    plan_only: bool = False, dry_run: bool = False, prefer: Optional[str] = None,
+                    deadline: Optional[str] = None, clock=None) -> SubmitOutcome:
     """The one entry point of ``slurmkit submit``: one cluster, or the best of several.
 
     ``cluster`` is what the user wrote: a name, ``auto`` (every cluster of the
     site) or ``a,b``.  ``plan_only`` asks for the candidates (``--explain``);
-    ``dry_run`` plans and submits nothing.  Only a multi-cluster submission
-    imports the federation planner.
+    ``dry_run`` plans and submits nothing.  ``prefer`` (soon, cheap, green)
+    and ``deadline`` (text: ``2026-12-05T08:00``, ``08:00``, ``+8h``) place
+    the job in place and time (:mod:`slurmkit.federation.windows`).  Only a
+    multi-cluster submission imports the federation planner.
     """
-    if not is_federated(cluster, accel, plan_only or dry_run):
+    if not is_federated(cluster, accel, plan_only or dry_run, prefer, deadline):
         from slurmkit import jobs
 
         return SubmitOutcome(jobs.submit(session, spec, cluster, partition))
@@ -64,5 +70,23 @@ def submit_anywhere(session, spec, cluster: Optional[str] = None,
 
         raise UsageError("--accel %r has an empty name; give models or vendors separated by commas, e.g. h100,a100"
                          % accel)
-    placement = planner.submit_best(session, spec, names, partition, wanted, dry_run=dry_run)
+    import time
+    from datetime import datetime
+
+    clock = clock or time
+    when = None
+    if deadline is not None:
+        from slurmkit.errors import UsageError
+        from slurmkit.times import parse_when
+
+        now = datetime.fromtimestamp(clock.time())
+        try:
+            when = parse_when(deadline, now)
+        except ValueError as exc:
+            raise UsageError("--deadline: %s" % exc) from None
+        if when <= now:
+            raise UsageError("--deadline %s is not in the future (now: %s); give a later one"
+                             % (when.isoformat(sep=" "), now.replace(microsecond=0).isoformat(sep=" ")))
+    placement = planner.submit_best(session, spec, names, partition, wanted, dry_run=dry_run, clock=clock,
+                                    prefer=prefer or "soon", deadline=when)
     return SubmitOutcome(placement.submission, placement)

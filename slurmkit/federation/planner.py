@@ -26,11 +26,12 @@ naming why each one did not.  ``Candidate.skip`` is the label the
 ``--explain`` table and the JSON show for each of them.
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from slurmkit.federation.cooldown import Cooldown
 from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteError, SlurmkitError,
@@ -79,11 +80,21 @@ class Placement:
     submission: Optional[Submission]       # None for a dry run
     candidates: Tuple[Candidate, ...]      # ranked: viable first, best first
     failovers: Tuple[Tuple[str, str], ...] = ()  # (cluster, why submitting there failed)
+    # With --prefer cheap|green or --deadline (federation.windows): every window considered, the chosen one,
+    # the preference, and warnings the user should see (a refused carbon forecast).
+    windows: Tuple[object, ...] = ()
+    chosen: Optional[object] = None
+    prefer: str = "soon"
+    warnings: Tuple[str, ...] = ()
 
     def to_dict(self):
         data = self.submission.to_dict() if self.submission else {"id": None}
         data["candidates"] = [c.to_dict() for c in self.candidates]
         data["failovers"] = [{"cluster": c, "reason": r} for c, r in self.failovers]
+        if self.windows:
+            data["prefer"] = self.prefer
+            data["windows"] = [w.to_dict() for w in self.windows]
+            data["chosen"] = self.chosen.to_dict() if self.chosen is not None else None
         return data
 
 
@@ -264,10 +275,19 @@ def _submit_to(session: Session, candidate: Candidate, token: str, clock,
 
 def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str]] = None,
                 partition: Optional[str] = None, accel: Sequence[str] = (), cooldown: Optional[Cooldown] = None,
-                dry_run: bool = False, clock=time) -> Placement:
+                dry_run: bool = False, clock=time, prefer: str = "soon",
+                deadline: Optional[datetime] = None) -> Placement:
     """Plan, then submit to the best cluster, failing over to the next ones (``clock``: its ``sleep()``
-    between retries; the time module, a FakeClock in tests)."""
+    between retries and its ``time()`` for now; the time module, a FakeClock in tests).
+
+    ``prefer`` ``cheap`` or ``green`` and a ``deadline`` (naive local time)
+    choose among clusters x start windows (:mod:`slurmkit.federation.windows`).
+    """
+    from slurmkit.federation.windows import rank_key
+
+    rank_key(prefer)   # an unknown preference is refused before anything is asked
     cooldown = cooldown or Cooldown()
+    timing = (prefer, deadline)
     caller_token = spec.token is not None
     token = spec.token or new_token()
     spec = spec._replace(token=token)
@@ -279,8 +299,10 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
             existing = _existing_anywhere(session, token, clusters)
             if existing is not None:
                 return existing
-            return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token)
-    return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token, dry_run)
+            return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token,
+                                    timing=timing)
+    return _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token, dry_run,
+                            timing)
 
 
 # The key of the lock around a federated submission's look-everywhere-then-submit: not a
@@ -309,13 +331,43 @@ def _existing_anywhere(session: Session, token: str, clusters: Optional[Sequence
 
 
 def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock, caller_token,
-                     dry_run=False) -> Placement:
+                     dry_run=False, timing=("soon", None)) -> Placement:
     token = spec.token
     candidates = plan(session, spec, clusters, partition, accel, cooldown)
+    prefer, deadline = timing
+    if prefer == "soon" and deadline is None:
+        # Today's behaviour, unchanged: the earliest start, then price, then the site's order.
+        if dry_run:
+            return Placement(None, tuple(candidates))
+        return _submit_in_order(session, candidates, [c for c in candidates if c.viable], token, clock,
+                                caller_token, cooldown, Placement(None, tuple(candidates)))
+    from slurmkit.energy.model import carbon_source
+    from slurmkit.federation import windows as win
+
+    now = datetime.fromtimestamp(clock.time())
+    site = session.site
+    carbon = {c.cluster: carbon_source(site.clusters[c.cluster], now) for c in candidates if c.viable}
+    warnings = tuple(source.warning for source in carbon.values() if source.warning)
+    considered = win.windows(site, spec, candidates, deadline, now, carbon)
+    order = win.choose(considered, prefer, deadline)
+    base = Placement(None, tuple(candidates), windows=tuple(considered), chosen=order[0] if order else None,
+                     prefer=prefer, warnings=warnings)
     if dry_run:
-        return Placement(None, tuple(candidates))
+        return base
+    # A later window is the same job held by --begin: rendered again with it (the same token), when its
+    # turn comes (a generator: the failover windows are rendered only if the first ones fail).
+    to_try = (w.candidate if not w.later else
+              dataclasses.replace(w.candidate, rendered=prepare(session, spec._replace(begin=win.begin_text(w.start)),
+                                                                w.cluster, w.candidate.partition))
+              for w in order)
+    return _submit_in_order(session, candidates, to_try, token, clock, caller_token, cooldown, base)
+
+
+def _submit_in_order(session, candidates, to_try: Iterable[Candidate], token, clock, caller_token, cooldown,
+                     base: Placement):
+    """Submit to the first of ``to_try`` that takes the job, failing over; the placement says what happened."""
     failed: List[Tuple[str, SlurmkitError]] = []    # (cluster, why submitting there failed), in order
-    for candidate in (c for c in candidates if c.viable):
+    for candidate in to_try:
         try:
             submission = _submit_to(session, candidate, token, clock, caller_token)
         except SlurmkitError as exc:
@@ -326,7 +378,7 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
             failed.append((candidate.cluster, exc))
             continue
         cooldown.success(candidate.cluster)
-        return Placement(submission, tuple(candidates), tuple((c, str(e)) for c, e in failed))
+        return dataclasses.replace(base, submission=submission, failovers=tuple((c, str(e)) for c, e in failed))
     if not failed and all(c.skip == "ineligible" for c in candidates):
         raise JobDoesNotFitError("the job fits no cluster: " + "; ".join(
             "%s: %s" % (key, reason) for key, reason in _skips(candidates)))

@@ -147,6 +147,9 @@ class JobSpec(NamedTuple):
     # and --signal ([B:]USR1@SECONDS).  A job under the requeue daemon has its own (checkpoint_dir).
     requeue: Optional[bool] = None
     signal: Optional[str] = None
+    # sbatch --begin (YYYY-MM-DDTHH:MM:SS, local time): the federation's --prefer cheap|green puts a job in
+    # a later, cheaper or cleaner window by holding it until then (Slurm's reason: BeginTime).
+    begin: Optional[str] = None
 
 
 class ContainerLaunch(NamedTuple):
@@ -463,6 +466,9 @@ def group_constraint(cluster: Cluster, partition: Partition, spec: JobSpec, swit
     return (user + "&" + group if user else group), []
 
 
+_BEGIN_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}", re.ASCII)
+
+
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,
                      gpus: int, time: str, ntasks_per_node: int, switches: Optional[int],
                      wait: Optional[str] = None, cpus_per_task: Optional[int] = None,
@@ -483,6 +489,10 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     if spec.mem:
         opts.append(("--mem", spec.mem))
     opts.append(("--time", time))
+    if spec.begin is not None:
+        if not _BEGIN_RE.fullmatch(spec.begin):
+            raise UsageError("begin %r: give YYYY-MM-DDTHH:MM:SS" % spec.begin)
+        opts.append(("--begin", spec.begin))
     if spec.array:
         if not re.fullmatch(r"[0-9]+(-[0-9]+)?", spec.array, re.ASCII):
             raise UsageError("array %r: give FIRST-LAST, such as 0-49" % spec.array)
