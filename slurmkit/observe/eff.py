@@ -12,7 +12,10 @@ of ids, which the journal knows).  From them:
   counts it (else from the controller's ``TresPerNode`` while it still knows the job), and
   utilisation and GPU memory (``gres/gpuutil``, ``gres/gpumem``) where the cluster collects
   them; otherwise "not recorded", with what the admin would add;
-- energy: ConsumedEnergyRaw where an AcctGatherEnergy plugin measures it.
+- energy: ConsumedEnergyRaw where an AcctGatherEnergy plugin measures it, else the site's power
+  model for the job's partition (busy the whole time: an upper bound), saying which; then its cost
+  and gCO2e from the hours it really ran, with the site's prices, PUE and hourly carbon profile
+  (:func:`slurmkit.energy.model.used`; a forecast is about the future and is not read here).
 
 What the cluster does not record stays unknown (None), never zero.
 """
@@ -93,6 +96,8 @@ class Attempt(NamedTuple):
     gpu_util: Optional[float]         # percent, where collected
     gpu_mem_bytes: Optional[int]
     energy_j: Optional[int]
+    partition: Optional[str] = None   # as accounting recorded it (the first of a list)
+    start: Optional[str] = None       # Slurm's local time, 2026-12-04T22:00:00; None before it started
 
 
 def attempts_from_rows(cluster: str, rows: List[Dict[str, str]]) -> List[Attempt]:
@@ -111,7 +116,9 @@ def attempts_from_rows(cluster: str, rows: List[Dict[str, str]]) -> List[Attempt
                 cpus=int(row.get("NCPUS") or 0), nodes=int(row.get("NNodes") or 0),
                 cpu_s=cpu_seconds(row.get("TotalCPU", "")), mem_bytes=size_bytes(alloc.get("mem", "")),
                 peak_rss_bytes=None, gpus=_gpus(alloc), gpu_util=None, gpu_mem_bytes=None,
-                energy_j=int(energy) if energy.isdigit() and int(energy) > 0 else None))
+                energy_j=int(energy) if energy.isdigit() and int(energy) > 0 else None,
+                partition=(row.get("Partition") or "").split(",")[0] or None,
+                start=row.get("Start") if (row.get("Start") or "")[:1].isdigit() else None))
             continue
         if not attempts:
             continue
@@ -154,8 +161,70 @@ class Report(NamedTuple):
     data: dict
 
 
-def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None) -> Report:
-    """The numbers and the verdicts for one job's attempts (pure)."""
+def energy_of(site, attempts: List[Attempt], gpus: Optional[int]) -> dict:
+    """kWh, cost and gCO2e of every attempt, summed; each None when any attempt's is unknown (pure).
+
+    ``source``: ``slurm`` (every attempt measured), ``model`` (none was: the
+    power model), ``slurm+model``, or None.
+    """
+    from slurmkit.energy.model import used
+    from slurmkit.slurm.parsers import slurm_datetime
+
+    kwh = cost = gco2 = 0.0
+    known = {"kwh": True, "cost": True, "gco2": True}
+    sources, why = set(), []
+    for a in attempts:
+        cluster = site.clusters.get(a.cluster)
+        start = slurm_datetime(a.start or "")
+        if cluster is None or start is None or not a.elapsed_s:
+            if a.elapsed_s:
+                why.append("attempt %s: %s" % (a.job_id, "cluster %s is not in the site" % a.cluster
+                                               if cluster is None else "no start time recorded"))
+                known = dict.fromkeys(known, False)
+            continue
+        n_gpus = a.gpus if a.gpus is not None else gpus
+        partition = cluster.partitions.get(a.partition or "")
+        if n_gpus is None and a.energy_j is None and (partition is None or partition.gpus_per_node):
+            # Counting no GPUs would leave their watts out: a smaller number, not a known one.
+            why.append("attempt %s: its GPUs were not recorded" % a.job_id)
+            known = dict.fromkeys(known, False)
+            continue
+        use, source = used(cluster, partition, a.nodes, n_gpus or 0, start, a.elapsed_s,
+                           a.energy_j / 3.6e6 if a.energy_j is not None else None)
+        if source:
+            sources.add(source)
+        why.extend(w for w in use.why if w not in why)
+        for key, value in (("kwh", use.kwh), ("cost", use.cost), ("gco2", use.gco2)):
+            if value is None:
+                known[key] = False
+        kwh += use.kwh or 0.0
+        cost += use.cost or 0.0
+        gco2 += use.gco2 or 0.0
+    return {"kwh": kwh if known["kwh"] else None, "cost": cost if known["cost"] else None,
+            "gco2": gco2 if known["gco2"] else None, "source": "+".join(sorted(sources)) or None,
+            "unknown": why}
+
+
+def _energy_lines(energy: dict, measured_j: Optional[int]) -> List[str]:
+    how = {"slurm": "measured by Slurm (ConsumedEnergy) x the site's PUE",
+           "model": "from the site's power model, busy the whole time (an upper bound); Slurm measured none",
+           "slurm+model": "measured by Slurm where it did, the power model elsewhere"}
+    if energy["kwh"] is None:
+        line = "energy: unknown (%s)" % ("; ".join(energy["unknown"]) or "not measured and no power model")
+        if measured_j is None:
+            line += "; Slurm measured none (the cluster has no AcctGatherEnergyType plugin)"
+        lines = [line]
+    else:
+        lines = ["energy: %.3f kWh, %s" % (energy["kwh"], how.get(energy["source"], energy["source"]))]
+    lines.append("cost: %s" % ("%.2f" % energy["cost"] if energy["cost"] is not None else "unknown"))
+    lines.append("carbon: %s" % ("%.3f kgCO2e (the site's hourly profile)" % (energy["gco2"] / 1000.0)
+                                 if energy["gco2"] is not None else "unknown"))
+    return lines
+
+
+def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None, site=None) -> Report:
+    """The numbers and the verdicts for one job's attempts (pure; ``site`` adds energy from its power
+    model where Slurm measured none, and cost and carbon)."""
     if not attempts:
         raise SlurmkitError("accounting has no record of job %s yet (it is written as the job starts)" % ref)
     last = attempts[-1]
@@ -189,6 +258,9 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None) -
                                                    "gather plugin, Slurm 23.02+)"),
              "energy: %s" % ("%.3f kWh" % (energy_j / 3.6e6) if energy_j is not None else
                              "not measured (the cluster has no AcctGatherEnergyType plugin)")]
+    energy = energy_of(site, attempts, gpus) if site is not None else None
+    if energy is not None:
+        lines[-1:] = _energy_lines(energy, energy_j)
     verdicts = []
     if last.state == "OUT_OF_MEMORY":
         verdicts.append("it ran out of memory: ask for more (--mem) than its peak")
@@ -212,6 +284,9 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None) -
             "cpu_efficiency_pct": cpu_eff, "peak_rss_bytes": peak, "mem_per_node_bytes": per_node,
             "gpus": gpus, "gpu_hours": gpu_hours, "gpu_util_pct": max(utils) if utils else None,
             "energy_j": energy_j, "verdicts": verdicts}
+    if energy is not None:
+        data.update(energy_kwh=energy["kwh"], energy_source=energy["source"], cost=energy["cost"],
+                    gco2=energy["gco2"], energy_unknown=energy["unknown"])
     return Report(ref, attempts, lines, verdicts, data)
 
 
@@ -272,7 +347,7 @@ def efficiency(session: "Session", ref: "LogRef", journal_path: Optional[str] = 
         hint = _gpus_from_controller(backend, ref.slurm_id, attempts[-1].nodes)
         if hint is None and "gres/gpu" in backend.config().get("AccountingStorageTRES", ""):
             hint = 0      # the cluster counts GPUs and this job had none
-    return report(str(ref), attempts, hint)
+    return report(str(ref), attempts, hint, site=session.site)
 
 
 def _gpus_from_controller(backend, job_id: str, nodes: int) -> Optional[int]:

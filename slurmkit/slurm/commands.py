@@ -170,7 +170,8 @@ def squeue_output_patterns(job_id: str) -> List[str]:
 # requeued, each its own row under the same id).  TRES fields carry gres/gpu where the cluster's
 # AccountingStorageTRES counts it, and gres/gpuutil, gres/gpumem where it collects them (23.02+).
 SACCT_USAGE_FIELDS = ("JobID", "JobIDRaw", "State", "ElapsedRaw", "TimelimitRaw", "NCPUS", "NNodes", "AllocTRES",
-                      "TotalCPU", "MaxRSS", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw", "Start", "End")
+                      "TotalCPU", "MaxRSS", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw", "Start", "End",
+                      "Partition")
 
 
 def sacct_usage(job_ids: Iterable[str]) -> List[str]:

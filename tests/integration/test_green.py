@@ -152,3 +152,23 @@ def test_a_later_window_is_submitted_with_begin_and_held_by_slurm(devcluster, gr
         job_info("alpha", placed["job_id"])), 30, what="reason BeginTime")
     assert info["StartTime"] == chosen["begin"][:19]
 
+
+def test_eff_of_a_finished_job_takes_its_energy_from_the_power_model(devcluster, green):
+    run = green({"alpha": {"pue": 1.2, "carbon_intensity": flat(250), "price_per_kwh": 0.3}})
+    placed = json.loads(run("submit", "--cluster", "alpha", "--json", *ONE_GPU, "-t", "2", "--", "sleep", "2").stdout)
+    wait_job_state("alpha", placed["job_id"], {"COMPLETED"}, timeout=90)
+
+    def accounted():
+        # slurmdbd records the job a moment after the controller ended it
+        proc = run("eff", "--json", "alpha:" + placed["job_id"], check=False)
+        if proc.returncode != 0:
+            assert "accounting has no record" in proc.stderr, proc.stderr
+            return None
+        data = json.loads(proc.stdout)
+        return data if data["elapsed_s"] and data["gpus"] is not None else None
+    data = wait_until(accounted, 30, what="accounting to hold the job")
+    assert data["energy_j"] is None and data["energy_source"] == "model"      # the dev clusters measure none
+    kwh = (POWER["node_busy_watts"] + POWER["gpu_busy_watts"]) * 1.2 * data["elapsed_s"] / 3600.0 / 1000.0
+    assert data["gpus"] == 1 and data["energy_kwh"] == pytest.approx(kwh)
+    gpu_hours = data["elapsed_s"] / 3600.0                                     # alpha: 4.0 a GPU-hour as well
+    assert data["gco2"] == pytest.approx(kwh * 250) and data["cost"] == pytest.approx(kwh * 0.3 + gpu_hours * 4.0)

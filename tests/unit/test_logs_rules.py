@@ -221,10 +221,10 @@ def test_eff_sums_every_run_of_a_requeued_job_and_keeps_what_is_not_recorded_unk
     from slurmkit.observe import eff
 
     rows = _rows(
-        "131|131|NODE_FAIL|600|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|40:00.000||||0|x|y",
-        "131.batch|131.batch|CANCELLED|600||4|1|cpu=4,mem=32G,node=1|00:10.000|1024K|||0|x|y",
-        "131|131|COMPLETED|3000|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|1-00:00:00||||0|x|y",
-        "131.0|131.0|COMPLETED|3000||8|2|cpu=8,mem=64G,node=2|23:59:59.500|2G|gres/gpuutil=35|gres/gpumem=10G|0|x|y")
+        "131|131|NODE_FAIL|600|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|40:00.000||||0|x|y|gpu",
+        "131.batch|131.batch|CANCELLED|600||4|1|cpu=4,mem=32G,node=1|00:10.000|1024K|||0|x|y|",
+        "131|131|COMPLETED|3000|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|1-00:00:00||||0|x|y|gpu",
+        "131.0|131.0|COMPLETED|3000||8|2|cpu=8,mem=64G,node=2|23:59:59.500|2G|gres/gpuutil=35|gres/gpumem=10G|0|x|y|")
     attempts = eff.attempts_from_rows("alpha", rows)
     assert [a.state for a in attempts] == ["NODE_FAIL", "COMPLETED"]
     assert attempts[1].peak_rss_bytes == 2 << 30 and attempts[1].gpu_util == 35.0
