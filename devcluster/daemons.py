@@ -225,7 +225,10 @@ class SlurmDaemons:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            "AuthInfo=socket=%s" % self.munge_socket,
+            # cred_expire: how long a job's launch credential lives, and so how long Slurm holds a
+            # requeued job before it may start again (default 120 s).  30 s is still far above a
+            # launch on this machine, and a checkpointed job's restart waits a quarter as long.
+            "AuthInfo=socket=%s,cred_expire=30" % self.munge_socket,
             "StateSaveLocation=%s" % (self.ctld_dir / "state"),
             "SlurmctldPidFile=%s" % (self.ctld_dir / "slurmctld.pid"),
             "SlurmctldLogFile=%s" % (self.ctld_dir / "slurmctld.log"),

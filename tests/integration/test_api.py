@@ -257,11 +257,19 @@ def test_slurm_setup_lines_run_in_the_batch_script_before_the_call(executor, tmp
     assert job.result() == ("job %s" % job.job_id.split(":")[1], str(where))
 
 
-# Slurm holds a requeued job until its launch credential has expired (120 s unless the site's
-# AuthInfo cred_expire says otherwise: the devclusters keep the default), then schedules it (backfill
-# every 5 s here) and it starts: the deadline for a restart to be seen through.
-REQUEUE_HOLD_S = 120 + 1
-RESTART_DEADLINE_S = REQUEUE_HOLD_S + 60
+# Slurm holds a requeued job until its launch credential has expired (AuthInfo's cred_expire: 120 s by
+# default, 30 s on the devclusters, devcluster/daemons.py), then schedules it (backfill every 5 s here)
+# and it starts: the deadline for a restart to be seen through, read from the cluster's own config.
+def requeue_hold_s(cluster="alpha") -> int:
+    import re
+
+    auth = slurm(cluster, "scontrol", "show", "config").stdout
+    m = re.search(r"cred_expire=(\d+)", auth)
+    return (int(m.group(1)) if m else 120) + 1
+
+
+def restart_deadline_s() -> int:
+    return requeue_hold_s() + 60
 
 
 @pytest.mark.slow
@@ -292,7 +300,7 @@ def test_a_checkpointable_call_sent_usr1_is_requeued_once_and_resumes_from_its_o
     assert job_info("alpha", slurm_id)["Requeue"] == "1"
     wait_until(lambda: "paused at 7" in (job.stdout() or ""), 60, what="the call to reach its pause")
     slurm("alpha", "scancel", "--signal=USR1", "--batch", slurm_id)
-    job.wait(timeout=RESTART_DEADLINE_S)
+    job.wait(timeout=restart_deadline_s())
     assert job.result() == {"step": 20, "starts": [0, 7], "restarts": "1"}     # continued from 7, not from 0
     info = job_info("alpha", slurm_id)
     assert info["Restarts"] == "1" and info["JobState"] == "COMPLETED" and job.job_id == "alpha:" + slurm_id
