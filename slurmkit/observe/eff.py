@@ -182,8 +182,13 @@ def energy_of(site, attempts: List[Attempt], gpus: Optional[int]) -> dict:
                                                if cluster is None else "no start time recorded"))
                 known = dict.fromkeys(known, False)
             continue
+        if not a.partition:
+            # slurmdbd's first row of a job can lack its partition for a moment after the job ended.
+            why.append("attempt %s: accounting holds no partition for it yet; ask again in a moment" % a.job_id)
+            known = dict.fromkeys(known, False)
+            continue
         n_gpus = a.gpus if a.gpus is not None else gpus
-        partition = cluster.partitions.get(a.partition or "")
+        partition = cluster.partitions.get(a.partition)
         if n_gpus is None and a.energy_j is None and (partition is None or partition.gpus_per_node):
             # Counting no GPUs would leave their watts out: a smaller number, not a known one.
             why.append("attempt %s: its GPUs were not recorded" % a.job_id)

@@ -64,6 +64,8 @@ def test_what_cannot_be_known_stays_unknown():
     no_gpus = eff.report("alpha:131", attempts((600, "cpu=8,mem=8G,node=1", "0", "2026-12-04T10:00:00", "gpu")),
                          site=site())
     assert no_gpus.data["energy_kwh"] is None and "its GPUs were not recorded" in no_gpus.data["energy_unknown"][0]
+    early = eff.report("alpha:131", attempts((600, TWO_GPUS, "0", "2026-12-04T10:00:00", "")), site=site())
+    assert early.data["energy_kwh"] is None and "accounting holds no partition" in early.data["energy_unknown"][0]
     never_started = attempts((0, TWO_GPUS, "0", "Unknown", "gpu"))
     assert never_started[0].start is None
 
