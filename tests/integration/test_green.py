@@ -73,8 +73,7 @@ def green(tmp_path):
                                                                    proc.stderr))
             return proc
 
-        validated = run("site", "validate", str(path))
-        assert validated.returncode == 0 and "carbon forecast" not in validated.stderr
+        run.validated = run("site", "validate", str(path))   # exit 0, or this raised
         return run
     return make
 
@@ -174,3 +173,31 @@ def test_eff_of_a_finished_job_takes_its_energy_from_the_power_model(devcluster,
     assert data["gpus"] == 1 and data["energy_kwh"] == pytest.approx(kwh)
     gpu_hours = data["elapsed_s"] / 3600.0                                     # alpha: 4.0 a GPU-hour as well
     assert data["gco2"] == pytest.approx(kwh * 250) and data["cost"] == pytest.approx(kwh * 0.3 + gpu_hours * 4.0)
+
+
+def forecast_points(value, hours, start=None):
+    """A Carbon Aware SDK forecast: hourly points from the current hour on."""
+    from datetime import timedelta, timezone
+
+    first = (start or datetime.now(timezone.utc)).replace(minute=0, second=0, microsecond=0)
+    return [{"location": "local", "timestamp": (first + timedelta(hours=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "duration": 60, "value": value} for i in range(hours)]
+
+
+def test_a_forecast_wins_over_the_profile_and_a_stale_one_falls_back_with_one_warning(devcluster, green, tmp_path):
+    from datetime import timedelta, timezone
+
+    fresh, stale = tmp_path / "alpha.json", tmp_path / "beta.json"
+    fresh.write_text(json.dumps(forecast_points(15, 24)))                  # alpha: clean by its forecast
+    stale.write_text(json.dumps(forecast_points(1, 24, datetime.now(timezone.utc) - timedelta(days=2))))
+    run = green({"alpha": {"carbon_intensity": flat(700), "carbon_forecast": str(fresh)},
+                 "beta": {"carbon_intensity": flat(200), "carbon_forecast": str(stale)}})
+    proc = run("submit", "--cluster", "alpha,beta", "--prefer", "green", "--dry-run", "--json", *ONE_GPU, "-t", "5",
+               "--", "true")
+    plan = json.loads(proc.stdout)
+    by_cluster = {w["cluster"]: w for w in plan["windows"]}
+    assert plan["chosen"]["cluster"] == "alpha" and by_cluster["alpha"]["carbon_source"] == "forecast"
+    assert by_cluster["beta"]["carbon_source"] == "profile"               # the stale forecast was not used
+    for stderr in (proc.stderr, run.validated.stderr):                    # submit and site validate alike
+        warnings = [line for line in stderr.splitlines() if "carbon forecast" in line]
+        assert len(warnings) == 1 and "cluster beta" in warnings[0] and "stale" in warnings[0], stderr
