@@ -145,4 +145,63 @@ def site_init(site, clusters, output, force, no_probe, probe_wait):
                       "" if result.guesses == 1 else "es"))
 
 
+@site.command("check", context_settings=CONTEXT)
+@site_option
+@click.option("--live", is_flag=True,
+              help="Compare the file with the clusters now (without it the file is only validated).")
+@click.option("--cluster", "-M", "clusters", multiple=True, metavar="NAME", callback=text_value,
+              help="Only this cluster of the site (repeatable; default: every cluster of the site).")
+@json_option
+@click.option("--no-probe", is_flag=True,
+              help="Do not run the short probe job per node type: the fabrics (HCAs, socket interface) go unchecked.")
+@click.option("--probe-wait", type=StrictInt(min=1, max=3600), default=30, show_default=True, metavar="SECONDS",
+              help="How long each probe job may wait for a free node before it gives up.")
+def site_check(site, live, clusters, as_json, no_probe, probe_wait):
+    """Check the site file against the live clusters: one line per finding with its fix.
+
+    With --live, reads each cluster as 'site init' does (partitions, nodes,
+    topology, config, one probe job per node type) and reports partitions the
+    cluster no longer has, gres types and GPU counts that differ from the
+    nodes', limits above Slurm's, HCAs and socket interfaces the nodes do not
+    have, switch-group features no node carries, and waits Slurm caps.  Each
+    finding is 'fail' (jobs fail or never start), 'slower' (jobs run slower)
+    or 'warning'; exit 1 when any is fail or slower, 0 otherwise.  Without
+    --live the file is only validated, as 'site validate' does.
+
+    \b
+    Example:
+      slurmkit site check --live --site mysite
+      slurmkit site check --live --site mysite --cluster hopper --json
+    """
+    from slurmkit.cli import display
+    from slurmkit.discovery.check import NO_SITE, check_site
+    from slurmkit.errors import UsageError
+    from slurmkit.site import find_site, resolve_site_path
+
+    if not site:
+        raise UsageError(NO_SITE)
+    if not live:
+        problems, warnings, ok = display.validate_report([resolve_site_path(site)])
+        warn(warnings)
+        for line in problems:
+            click.echo(line, err=True)
+        if as_json:
+            print_json({"live": False, "problems": problems, "warnings": warnings})
+        else:
+            for path in ok:
+                click.echo("%s: ok (validated only; --live compares it with the clusters)" % path)
+        return 2 if problems else 0
+    result = check_site(find_site(site), clusters, probe=not no_probe, probe_wait=probe_wait)
+    if as_json:
+        print_json(dict(result.to_dict(), live=True))
+    else:
+        for finding in result.findings:
+            click.echo(finding.line())
+        harmful = sum(1 for f in result.findings if f.severity != "warning")
+        click.echo("%s: %d finding%s, %d that make jobs fail or run slower"
+                   % (", ".join(result.clusters), len(result.findings), "" if len(result.findings) == 1 else "s",
+                      harmful))
+    return 1 if result.harmful else 0
+
+
 site.add_command(trust_command)

@@ -84,6 +84,7 @@ class ClusterFacts(NamedTuple):
     switch_group_features: Tuple[str, ...] = ()
     node_types: Tuple[NodeType, ...] = ()   # every distinct type of the cluster (one probe job each)
     notes: Tuple[str, ...] = ()
+    features: Tuple[str, ...] = ()       # every feature some node carries (site check: a switch group's is gone)
 
     def type_partition(self, node_type: NodeType) -> Optional[str]:
         """A partition whose nodes include this type's first node (where its probe job runs)."""
@@ -260,4 +261,5 @@ def cluster_facts(name: str, version: str, config: Dict[str, str], partitions: D
         switch_wait_cap=parse_max_switch_wait(parsers.scheduler_parameter(config, "max_switch_wait")),
         topology_plugin=printable(config.get("TopologyPlugin", "")), leaves=len(topology.leaves),
         default_partition=default, partitions=parts, switch_group_features=features,
-        node_types=group_types(nodes), notes=tuple(notes))
+        node_types=group_types(nodes), notes=tuple(notes),
+        features=tuple(sorted({feature for node in nodes for feature in node.features})))

@@ -17,7 +17,7 @@ exclusively (``O_EXCL``), so a file that appears meanwhile is not lost either.
 import os
 import tempfile
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from slurmkit.discovery import facts as facts_mod
 from slurmkit.discovery import sitefile
@@ -75,18 +75,25 @@ def read_cluster(backend, cluster: Cluster) -> facts_mod.ClusterFacts:
                                    _topology(backend))
 
 
-def probe_cluster(backend, cluster: Cluster, facts: facts_mod.ClusterFacts, wait_s: int = 30):
-    """One probe job per node type: (fabric drafts by partition, cluster notes, warnings).
+class Probes(NamedTuple):
+    """What the probe jobs found, by node type (``NodeType.key``): a probe, or why it failed."""
+
+    found: Dict[tuple, object]           # key -> nodeprobe.NodeProbe
+    failures: Dict[tuple, str]           # key -> the message of the probe that did not run
+    warnings: List[str]                  # one line per failure, naming the cluster
+
+
+def probe_types(backend, cluster: Cluster, facts: facts_mod.ClusterFacts, wait_s: int = 30) -> Probes:
+    """One probe job per node type of ``facts`` (what ``site init`` and ``site check --live`` both run).
 
     Each type's job runs in a partition holding its nodes, the partition's other nodes excluded, so
-    Slurm may pick any free node of the type.  A type whose probe fails leaves its partitions' fabric
-    a marked guess, and a warning says why.
+    Slurm may pick any free node of the type.  A probe that fails is recorded, not raised: the other
+    types are still probed.
     """
     from slurmkit.discovery import nodeprobe
-    from slurmkit.discovery.sitefile import FabricDraft
     from slurmkit.slurm import hostlist
 
-    probes, failures, notes, warnings = {}, {}, [], []
+    probes, failures, warnings = {}, {}, []
     for kind in facts.node_types:
         part_name = facts.type_partition(kind)
         if part_name is None:
@@ -102,6 +109,19 @@ def probe_cluster(backend, cluster: Cluster, facts: facts_mod.ClusterFacts, wait
         except SlurmkitError as exc:
             failures[kind.key] = str(exc)
             warnings.append("cluster %s: %s" % (facts.name, exc))
+    return Probes(probes, failures, warnings)
+
+
+def probe_drafts(facts: facts_mod.ClusterFacts, found: Probes):
+    """The probes as the draft writes them (pure): (fabric drafts by partition, cluster notes).
+
+    A type whose probe failed leaves its partitions' fabric a marked guess.
+    """
+    from slurmkit.discovery import nodeprobe
+    from slurmkit.discovery.sitefile import FabricDraft
+
+    probes, failures = found.found, found.failures
+    notes = []
     runtimes = {}
     for probe in probes.values():
         for name in probe.runtime_names:
@@ -124,7 +144,37 @@ def probe_cluster(backend, cluster: Cluster, facts: facts_mod.ClusterFacts, wait
             fabrics[part.name] = FabricDraft(comments=(
                 "guess: the probe did not run (%s): written as ethernet without an interface; set type, hcas and "
                 "socket_ifname by hand, or run site init again" % facts_mod.printable(failures[main]),))
-    return fabrics, tuple(notes), warnings
+    return fabrics, tuple(notes)
+
+
+def read_live(cluster: Cluster, backend_factory=None, probe: bool = True, probe_wait: int = 30,
+              several: bool = False):
+    """One cluster as it is now: (facts, :class:`Probes` or None without ``probe``).
+
+    The one way ``site init`` and ``site check --live`` reach a cluster: ``backend_factory`` (tests)
+    makes its backend, by default :func:`slurmkit.session.make_backend` with the Slurm commands (every
+    answer is text the facts parse).  A cluster that does not answer raises SlurmkitError naming it;
+    with ``several`` clusters the message says how to leave it out.
+    """
+    if backend_factory is None:
+        from slurmkit.session import make_backend
+
+        def backend_factory(cluster):
+            return make_backend(cluster, prefer_pyslurm=False)
+
+    try:
+        backend = backend_factory(cluster)
+    except SlurmkitError as exc:
+        raise SlurmkitError("cluster %s did not answer: %s" % (cluster.name, exc)) from exc
+    try:
+        try:
+            facts = read_cluster(backend, cluster)
+        except SlurmkitError as exc:
+            hint = "; leave it out with --cluster NAME for each of the others" if several else ""
+            raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
+        return facts, (probe_types(backend, cluster, facts, probe_wait) if probe else None)
+    finally:
+        backend.close()
 
 
 def _refuse_existing(output: Optional[str], force: bool) -> None:
@@ -180,33 +230,12 @@ def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None
     """
     _refuse_existing(output, force)
     clusters = targets(site, names)
-    if backend_factory is None:
-        from slurmkit.session import make_backend
-
-        def backend_factory(cluster):
-            return make_backend(cluster, prefer_pyslurm=False)   # commands only: every answer is text we parse
-
     drafts, warnings = [], []
     for cluster in clusters:
-        backend = None
-        fabrics, notes = {}, ()
-        try:
-            backend = backend_factory(cluster)
-            try:
-                facts = read_cluster(backend, cluster)
-            except SlurmkitError as exc:
-                hint = "; leave it out with --cluster NAME for each of the others" if len(clusters) > 1 else ""
-                raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
-            if probe:
-                fabrics, notes, failed = probe_cluster(backend, cluster, facts, probe_wait)
-                warnings.extend(failed)
-        except SlurmkitError as exc:
-            if backend is None:
-                raise SlurmkitError("cluster %s did not answer: %s" % (cluster.name, exc)) from exc
-            raise
-        finally:
-            if backend is not None:
-                backend.close()
+        facts, found = read_live(cluster, backend_factory, probe, probe_wait, several=len(clusters) > 1)
+        fabrics, notes = probe_drafts(facts, found) if found is not None else ({}, ())
+        if found is not None:
+            warnings.extend(found.warnings)
         drafts.append(sitefile.ClusterDraft(facts=facts, slurm_conf=cluster.slurm_conf, login=cluster.login,
                                             fabrics=fabrics, notes=notes))
     names_seen = [d.facts.name for d in drafts]
