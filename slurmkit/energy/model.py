@@ -83,19 +83,19 @@ def job_watts(partition: Partition, nodes: int, gpus_per_node: int) -> Tuple[Opt
     return nodes * (power.node_busy_watts + gpus_per_node * (power.gpu_busy_watts or 0.0)), None
 
 
-def carbon_source(cluster: Cluster, now: datetime, read=read_forecast) -> CarbonSource:
+def carbon_source(cluster: Cluster, now: datetime, read=None) -> CarbonSource:
     """The cluster's carbon intensity: its forecast file when it passes the checks, else its profile.
 
     A refused forecast (unreadable, cut off, NaN, negative, huge, stale)
     gives one warning line naming the cluster, the file and the reason, and
-    what is used instead.  ``read`` is :func:`read_forecast` (a test's fake).
+    what is used instead.  ``read``: :func:`read_forecast` when None (a test's fake).
     """
     energy = cluster.energy
     profile = energy.carbon_intensity
     if not energy.carbon_forecast:
         return CarbonSource(profile)
     try:
-        forecast = read(energy.carbon_forecast, _aware(now), energy.carbon_forecast_location)
+        forecast = (read or read_forecast)(energy.carbon_forecast, _aware(now), energy.carbon_forecast_location)
     except ForecastProblem as exc:
         instead = "using the hourly profile" if profile else "carbon is unknown there (no carbon_intensity profile)"
         return CarbonSource(profile, None, "cluster %s: carbon forecast %s refused: %s; %s"

@@ -346,7 +346,9 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
 
     now = datetime.fromtimestamp(clock.time())
     site = session.site
-    carbon = {c.cluster: carbon_source(site.clusters[c.cluster], now) for c in candidates if c.viable}
+    # Each cluster's forecast file is read once, however many of its partitions are candidates.
+    carbon = {name: carbon_source(site.clusters[name], now)
+              for name in dict.fromkeys(c.cluster for c in candidates if c.viable)}
     warnings = tuple(source.warning for source in carbon.values() if source.warning)
     considered = win.windows(site, spec, candidates, deadline, now, carbon)
     order = win.choose(considered, prefer, deadline)

@@ -315,3 +315,26 @@ def test_the_command_submits_to_the_chosen_cluster_and_explains_on_stderr(local_
     assert cluster == "beta" and job_id in local_clusters["beta"].table       # 1.2 or 3.0 a GPU-hour, not 4.0
     assert local_clusters["alpha"].table == {}
     assert "prefer green" in err and "KGCO2E" in err and "no carbon intensity" in err
+
+
+def test_a_clusters_forecast_is_read_once_per_plan(tmp_path, monkeypatch):
+    from slurmkit.energy import model
+
+    reads = []
+
+    def read(path, now, location):
+        reads.append(path)
+        raise model.ForecastProblem("stale: test")
+    monkeypatch.setattr(model, "read_forecast", read)
+    energy = {"alpha": EnergySettings(carbon_intensity=flat(300), carbon_forecast=str(tmp_path / "f.json"))}
+    site = green_site(energy)
+    two = site.clusters["alpha"]._replace(partitions={
+        "gpu": site.clusters["alpha"].partitions["gpu"],
+        "gpu2": site.clusters["alpha"].partitions["gpu"]._replace(name="gpu2")})
+    site = site._replace(clusters={"alpha": two})
+    clock = FakeClock()
+    session = fake_session(site, alpha=FakeSlurm("alpha", partitions=("gpu", "gpu2"), clock=clock))
+    placement = planner.submit_best(session, SPEC, accel=("h100",), cooldown=Cooldown(tmp_path / "cd.json"),
+                                    clock=clock, prefer="green", dry_run=True)
+    assert {w.candidate.partition for w in placement.windows} == {"gpu", "gpu2"}
+    assert reads == [str(tmp_path / "f.json")] and len(placement.warnings) == 1
