@@ -13,6 +13,7 @@ the drift for the bad-input tests lives in temporary site files.
 """
 
 import difflib
+import json
 import os
 import re
 import subprocess
@@ -186,3 +187,106 @@ def test_rdma_ports_in_a_fake_sysfs_become_the_fabric(devcluster, tmp_path):
     text = out.read_text()
     assert "RDMA ports not active, left out: mlx5_1:1 (DOWN)" in text
     assert "RDMA devices read from %s" % fake in text
+
+
+# ----------------------------------------------------------------------------- site check --live
+# Each drift is made in a temporary copy of local.yaml (its relative paths made absolute), never in the
+# clusters: the shared clusters' configuration is what every other test relies on.
+
+def _drifted(tmp_path, *edits):
+    """A copy of local.yaml with each (old, new) replaced exactly once: the file's path."""
+    text = LOCAL_SITE.read_text().replace("../.devcluster", str(REPO / ".devcluster"))
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / "drifted.yaml"
+    path.write_text(text)
+    return path
+
+
+ALPHA_GPU = '        max_time: "24:00:00"\n        fabric: *loopback\n'
+
+
+def _check(tmp_path, site, *args):
+    proc = slurmkit(tmp_path, "site", "check", "--live", "--site", site, "--json", *args, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)["findings"]
+
+
+def test_check_live_finds_only_the_switch_wait_local_yaml_asks_for_on_purpose(devcluster, tmp_path):
+    code, findings = _check(tmp_path, LOCAL_SITE)
+    # local.yaml asks alpha and gamma for a 10-minute wait above their caps (beta's fits): a warning, exit 0.
+    assert [(f["cluster"], f["key"], f["severity"]) for f in findings] == [
+        ("alpha", "max_switch_wait", "warning"), ("gamma", "max_switch_wait", "warning")]
+    assert code == 0
+
+
+@pytest.mark.parametrize("cluster,edit,key,fix", [
+    # A partition the cluster no longer has: the file still names beta's urgent partition as "retired".
+    ("beta", ("      urgent:\n", "      retired:\n"), "partitions.retired", "remove it or rename it"),
+    ("alpha", ("        gpu_model: h100\n", "        gpu_model: b200\n"), "partitions.gpu.gpu_model",
+     "set gpu_model: h100"),
+    ("beta", ("        gpus_per_node: 4\n        cpus_per_node: 4\n        memory_mb: 4000\n        max_nodes: 3\n"
+              "        max_time: \"12:00:00\"\n        fabric: *loopback\n      # Same",
+              "        gpus_per_node: 8\n        cpus_per_node: 4\n        memory_mb: 4000\n        max_nodes: 3\n"
+              "        max_time: \"12:00:00\"\n        fabric: *loopback\n      # Same"),
+     "partitions.gpu.gpus_per_node", "set gpus_per_node: 4"),
+    ("gamma", ("        max_nodes: 2\n        max_time: \"12:00:00\"\n        fabric: *loopback\n\n",
+               "        max_nodes: 6\n        max_time: \"12:00:00\"\n        fabric: *loopback\n\n"),
+     "partitions.npu.max_nodes", "set max_nodes: 2"),
+    ("alpha", (ALPHA_GPU, ALPHA_GPU.replace("24:00:00", "48:00:00")), "partitions.gpu.max_time",
+     'set max_time: "1-00:00:00"'),
+    ("beta", ("    default_partition: gpu\n    max_switch_wait", "    default_partition: gpu\n"
+              "    switch_group_features: [spine-gone]\n    max_switch_wait"), "switch_group_features", "remove it"),
+])
+def test_check_live_finds_a_drift_in_what_slurm_says(devcluster, tmp_path, cluster, edit, key, fix):
+    site = _drifted(tmp_path, edit)
+    code, findings = _check(tmp_path, site, "--cluster", cluster, "--no-probe")
+    harmful = [f for f in findings if f["severity"] != "warning"]
+    assert [(f["cluster"], f["key"], f["severity"]) for f in harmful] == [(cluster, key, "fail")]
+    assert harmful[0]["message"].endswith(fix) or fix in harmful[0]["message"]
+    assert code == 1
+
+
+def test_check_live_names_an_hca_no_node_has_from_a_fake_sysfs(devcluster, tmp_path):
+    # A FAKE /sys/class/infiniband (this machine has no HCA), as the health checks' fakes lay it out, named
+    # to the probe job through the partition's health.ib_sysfs: the nodes "have" mlx5_0, the file says mlx5_7.
+    fake = tmp_path / "fake-sys-class-infiniband"
+    write_ib_port(fake, "mlx5_0", 1)
+    site = _drifted(tmp_path, (ALPHA_GPU, '        max_time: "24:00:00"\n        fabric: {type: infiniband, hcas: '
+                                          '["=mlx5_7:1"], socket_ifname: lo}\n        health: {ib_sysfs: %s}\n' % fake))
+    code, findings = _check(tmp_path, site, "--cluster", "alpha")
+    hcas = [f for f in findings if f["key"] == "partitions.gpu.fabric.hcas"]
+    assert len(hcas) == 1 and hcas[0]["severity"] == "slower"
+    assert re.fullmatch(r"no probed node \(an\d\) has HCA mlx5_7:1: NCCL falls back to sockets and jobs run slower; "
+                        r"set hcas to the active ports: =mlx5_0:1", hcas[0]["message"]), hcas[0]["message"]
+    assert code == 1
+
+
+def test_check_live_names_a_socket_interface_the_nodes_do_not_have(devcluster, tmp_path):
+    site = _drifted(tmp_path, (ALPHA_GPU, ALPHA_GPU.replace("*loopback", "{type: ethernet, socket_ifname: ib9}")))
+    proc = slurmkit(tmp_path, "site", "check", "--live", "--site", site, "--cluster", "alpha", timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("fail: ")]
+    assert len(lines) == 1
+    assert re.fullmatch(r"fail: clusters\.alpha\.partitions\.gpu\.fabric\.socket_ifname: ib9 is not an interface of "
+                        r"the probed nodes \(an\d\): NCCL and Gloo find no socket and jobs fail; set socket_ifname: lo "
+                        r"\(the interface that carries the nodes' addresses\)", lines[0]), lines[0]
+    assert proc.stdout.splitlines()[-1] == "alpha: 2 findings, 1 that make jobs fail or run slower"
+
+
+def test_check_live_names_a_cluster_that_does_not_answer(devcluster, tmp_path):
+    # beta's login node, at a port where nothing listens: the SSH connection is refused at once.
+    site = tmp_path / "gone.yaml"
+    site.write_text("site: gone\nclusters:\n  beta:\n    login: {host: 127.0.2.2, port: 1, user: root, "
+                    "connect_timeout: 5}\n    partitions:\n      gpu: {accelerator: none, cpus_per_node: 1}\n")
+    proc = slurmkit(tmp_path, "site", "check", "--live", "--site", site)
+    assert proc.returncode == 1
+    assert one_error_line(proc.stderr).startswith("Error: cluster beta did not answer: ")
+    assert proc.stdout == ""
+
+
+def test_check_without_live_only_validates(tmp_path):
+    proc = slurmkit(tmp_path, "site", "check", "--site", LOCAL_SITE)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "%s: ok (validated only; --live compares it with the clusters)\n" % LOCAL_SITE
