@@ -198,9 +198,10 @@ def site_check(site, live, clusters, as_json, no_probe, probe_wait):
         for finding in result.findings:
             click.echo(finding.line())
         harmful = sum(1 for f in result.findings if f.severity != "warning")
-        click.echo("%s: %d finding%s, %d that make jobs fail or run slower"
+        # Without the probe a clean result says nothing of HCAs and interfaces: say so, not a clean bill.
+        click.echo("%s: %d finding%s, %d that make jobs fail or run slower%s"
                    % (", ".join(result.clusters), len(result.findings), "" if len(result.findings) == 1 else "s",
-                      harmful))
+                      harmful, "; fabrics not checked (--no-probe)" if no_probe else ""))
     return 1 if result.harmful else 0
 
 
