@@ -235,33 +235,21 @@ PARTITION = {
     "checker": check_partition,
 }
 
-PRICE_WINDOW = {
-    "type": "mapping",
-    "keys": {
-        "hours": {"type": "str", "required": True, "checker": check_hours,
-                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"20-08\")"},
-        "price": {"type": "number", "required": True, "min": 0, "doc": "price per GPU-hour in this window"},
-    },
-}
+def _hour_window(value_key: str, value_doc: str, example: str, **limits) -> dict:
+    """A ``{hours, VALUE}`` window of a day's profile (GPU-hour price, energy price, carbon)."""
+    return {
+        "type": "mapping",
+        "keys": {
+            "hours": {"type": "str", "required": True, "checker": check_hours,
+                      "doc": "\"START-END\" in whole hours, may wrap midnight (\"%s\")" % example},
+            value_key: dict({"type": "number", "required": True, "min": 0, "doc": value_doc}, **limits),
+        },
+    }
 
-ENERGY_PRICE_WINDOW = {
-    "type": "mapping",
-    "keys": {
-        "hours": {"type": "str", "required": True, "checker": check_hours,
-                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"22-06\")"},
-        "price": {"type": "number", "required": True, "min": 0, "doc": "price per kWh in this window"},
-    },
-}
 
-CARBON_WINDOW = {
-    "type": "mapping",
-    "keys": {
-        "hours": {"type": "str", "required": True, "checker": check_hours,
-                  "doc": "\"START-END\" in whole hours, may wrap midnight (\"10-16\")"},
-        "value": {"type": "number", "required": True, "min": 0, "max": 2000,
-                  "doc": "grams of CO2-equivalent per kWh in this window"},
-    },
-}
+PRICE_WINDOW = _hour_window("price", "price per GPU-hour in this window", "20-08")
+ENERGY_PRICE_WINDOW = _hour_window("price", "price per kWh in this window", "22-06")
+CARBON_WINDOW = _hour_window("value", "grams of CO2-equivalent per kWh in this window", "10-16", max=2000)
 
 ENERGY = {
     "type": "mapping",

@@ -247,6 +247,20 @@ def wait_job_state(cluster, jobid, states, timeout=60.0, interval=1.0):
         time.sleep(interval)
 
 
+def cancel_later(request, cluster, job_id):
+    """Cancel the job when the test ends, whatever happened."""
+    request.addfinalizer(lambda: slurm(cluster, "scancel", job_id, check=False))
+
+
+def fill(request, cluster, *argv):
+    """A running 10-minute job taking what ``argv`` asks for (cancelled at the test's end): a cluster made busy."""
+    job = slurm(cluster, "sbatch", "--parsable", "-t", "10", "-o", "/dev/null", *argv, "--wrap", "sleep 600"
+                ).stdout.strip().split(";")[0]
+    cancel_later(request, cluster, job)
+    wait_job_state(cluster, job, {"RUNNING"}, timeout=60)
+    return job
+
+
 def ssh_argv(cluster, *remote, known_hosts=None, identity=None, options=()) -> List[str]:
     """The OpenSSH client command line for the login node of ``cluster``,
     with strict host key checking against our known_hosts (or ``known_hosts``)."""

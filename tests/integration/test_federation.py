@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import slurm, wait_job_state
+from conftest import cancel_later, fill, slurm, wait_job_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -44,18 +44,6 @@ def fed(tmp_path):
 
 def candidates(proc):
     return {c["cluster"]: c for c in json.loads(proc.stdout)["candidates"]}
-
-
-def cancel_later(request, cluster, job_id):
-    request.addfinalizer(lambda: slurm(cluster, "scancel", job_id, check=False))
-
-
-def fill(request, cluster, *argv):
-    job = slurm(cluster, "sbatch", "--parsable", "-t", "10", "-o", "/dev/null", *argv, "--wrap", "sleep 600"
-                ).stdout.strip().split(";")[0]
-    cancel_later(request, cluster, job)
-    wait_job_state(cluster, job, {"RUNNING"}, timeout=60)
-    return job
 
 
 def test_auto_picks_the_cluster_where_the_job_starts_first(devcluster, fed, request):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import job_info, slurm, wait_job_state
+from conftest import cancel_later, fill, job_info, wait_job_state
 from harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,18 +76,6 @@ def green(tmp_path):
         run.validated = run("site", "validate", str(path))   # exit 0, or this raised
         return run
     return make
-
-
-def cancel_later(request, cluster, job_id):
-    request.addfinalizer(lambda: slurm(cluster, "scancel", job_id, check=False))
-
-
-def fill(request, cluster, *argv):
-    job = slurm(cluster, "sbatch", "--parsable", "-t", "10", "-o", "/dev/null", *argv, "--wrap", "sleep 600"
-                ).stdout.strip().split(";")[0]
-    cancel_later(request, cluster, job)
-    wait_job_state(cluster, job, {"RUNNING"}, timeout=60)
-    return job
 
 
 def test_green_chooses_the_cluster_with_the_least_carbon(devcluster, green):
