@@ -70,32 +70,12 @@ def _partition(cluster: str, name: str, part, live: PartitionFacts) -> List[Find
     def add(key, severity, message):
         out.append(Finding(cluster, name, "partitions.%s.%s" % (name, key), severity, message))
 
-    gres = "%s:%s" % (live.gres_name, live.gpu_model) if live.gres_name else None
     if part.accelerator != "none":
-        if live.accelerator == "none":
-            add("accelerator", FAIL, "the file gives its jobs %s accelerators but no gres type is on every node of "
-                                     "the partition: jobs asking for them never start; set accelerator: none or "
-                                     "fix the nodes' gres" % part.accelerator)
-        else:
-            if part.effective_gres_name != live.gres_name:
-                add("gres_name", FAIL, "%s in the file, %s on the nodes: set gres_name: %s"
-                    % (printable(part.effective_gres_name), printable(live.gres_name), printable(live.gres_name)))
-            elif part.gpu_model != live.gpu_model:
-                add("gpu_model", FAIL, "%s in the file, the nodes carry %s: jobs ask for a gres type no node has "
-                                       "and never start; set gpu_model: %s"
-                    % (printable(part.gpu_model), printable(gres), printable(live.gpu_model)))
-            if part.gpus_per_node > live.gpus_per_node:
-                add("gpus_per_node", FAIL, "%d in the file, the nodes carry %s:%d: jobs ask for more than a node "
-                                           "has and never start; set gpus_per_node: %d"
-                    % (part.gpus_per_node, printable(gres), live.gpus_per_node, live.gpus_per_node))
-            elif part.gpus_per_node < live.gpus_per_node:
-                add("gpus_per_node", SLOWER, "%d in the file, the nodes carry %s:%d: jobs leave GPUs idle; set "
-                                             "gpus_per_node: %d"
-                    % (part.gpus_per_node, printable(gres), live.gpus_per_node, live.gpus_per_node))
+        out.extend(_gres(cluster, name, part, live))
     elif live.accelerator != "none":
-        add("accelerator", WARNING, "none in the file, the nodes carry %s:%d: jobs here get no %s (set "
-                                    "accelerator: %s to give them the devices)"
-            % (printable(gres), live.gpus_per_node, live.accelerator, live.accelerator))
+        gres = "%s:%s:%d" % (live.gres_name, live.gpu_model, live.gpus_per_node)
+        add("accelerator", WARNING, "none in the file, the nodes carry %s: jobs here get no %s (set accelerator: %s "
+                                    "to give them the devices)" % (printable(gres), live.accelerator, live.accelerator))
     if part.cpus_per_node > live.cpus_per_node:
         add("cpus_per_node", FAIL, "%d in the file, the smallest node has %d CPUs: jobs asking for all of them never "
                                    "start; set cpus_per_node: %d" % (part.cpus_per_node, live.cpus_per_node,
@@ -114,6 +94,51 @@ def _partition(cluster: str, name: str, part, live: PartitionFacts) -> List[Find
                                   "set max_time: \"%s\"" % (printable(part.max_time or "unlimited"),
                                                           printable(live.max_time), printable(live.max_time)))
     return out
+
+
+def _count(kind, gres_name: str, model: Optional[str]) -> int:
+    """How many of the gres ``gres_name:model`` one node of ``kind`` carries (an untyped gres: by its name)."""
+    gres = dict(kind.gres)
+    if model and "%s:%s" % (gres_name, model) in gres:
+        return gres["%s:%s" % (gres_name, model)]
+    return gres.get(gres_name, 0) if model in (None, gres_name) else 0
+
+
+def _gres(cluster: str, name: str, part, live: PartitionFacts) -> List[Finding]:
+    """The file's accelerators against every node type of the partition.
+
+    Counted from the node types themselves, not from the facts' accelerator: a partition named for CPU jobs
+    is drafted without accelerator, yet a file that gives it the nodes' GPUs is right.
+    """
+    key = "partitions.%s" % name
+    gres_name, model = part.effective_gres_name, part.gpu_model
+    wanted = "%s:%s" % (gres_name, model) if model else gres_name
+    carried = sorted({"%s:%d" % g for kind in live.node_types for g in kind.gres})
+    have = min((_count(kind, gres_name, model) for kind in live.node_types), default=0)
+    if have == 0:
+        on_some = any(_count(kind, gres_name, model) for kind in live.node_types)
+        where = "some nodes of the partition carry no %s" % wanted if on_some else \
+            "the nodes carry %s" % (", ".join(carried) or "no accelerator gres")
+        same_name = sorted({k.split(":", 1)[1] for kind in live.node_types for k, _ in kind.gres
+                            if k.startswith(gres_name + ":")})
+        if not on_some and len(same_name) == 1:
+            fix, field = "set gpu_model: %s" % same_name[0], "gpu_model"
+        elif not on_some and live.gres_name and live.gres_name != gres_name:
+            fix, field = "set gres_name: %s" % live.gres_name, "gres_name"
+        else:
+            fix, field = "fix the nodes' gres, or set accelerator: none", "accelerator"
+        return [Finding(cluster, name, "%s.%s" % (key, field), FAIL,
+                        "%s in the file, %s: jobs ask for a gres no node of theirs has and never start; %s"
+                        % (printable(wanted), printable(where), printable(fix)))]
+    if part.gpus_per_node > have:
+        return [Finding(cluster, name, key + ".gpus_per_node", FAIL,
+                        "%d in the file, the nodes carry %s:%d: jobs ask for more than a node has and never start; "
+                        "set gpus_per_node: %d" % (part.gpus_per_node, printable(wanted), have, have))]
+    if part.gpus_per_node < have:
+        return [Finding(cluster, name, key + ".gpus_per_node", SLOWER,
+                        "%d in the file, the nodes carry %s:%d: jobs leave GPUs idle; set gpus_per_node: %d"
+                        % (part.gpus_per_node, printable(wanted), have, have))]
+    return []
 
 
 def _hca_matches(spec: str, exact: bool, port_name: str) -> bool:

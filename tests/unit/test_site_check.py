@@ -213,3 +213,25 @@ def test_a_cluster_that_does_not_answer_is_named(tmp_path):
 def test_a_check_needs_a_site():
     with pytest.raises(UsageError, match="site check needs the site to check"):
         check.check_site(None)
+
+
+def test_a_cpu_named_partition_given_the_nodes_gpus_is_right(tmp_path):
+    # site init drafts a partition named for CPU jobs without accelerator; a file that gives it the GPUs is
+    # not wrong for that: the check counts the nodes' gres, not the draft's guess.
+    text = SITE.replace("      gpu:\n", "      cpu:\n")
+    found = findings(tmp_path, text=text, partitions=PARTITIONS.replace("PartitionName=gpu", "PartitionName=cpu"),
+                     nodes=NODES.replace("Partitions=gpu", "Partitions=cpu"))
+    assert found == []
+
+
+def test_a_gres_name_the_nodes_do_not_have_says_theirs(tmp_path):
+    found = findings(tmp_path, text=SITE.replace("        gpu_model: h100\n", "        gpu_model: h100\n"
+                                                                             "        gres_name: accel\n"))
+    assert keyed(found) == [("fail", "partitions.gpu.gres_name")]
+    assert found[0].message.endswith("set gres_name: gpu")
+
+
+def test_a_gres_on_some_nodes_only_fails(tmp_path):
+    found = findings(tmp_path, nodes=NODES.replace("Gres=gpu:h100:8", "Gres=(null)", 1))
+    assert keyed(found) == [("fail", "partitions.gpu.accelerator")]
+    assert found[0].message.startswith("gpu:h100 in the file, some nodes of the partition carry no gpu:h100")
