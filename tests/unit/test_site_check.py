@@ -186,8 +186,8 @@ def test_hostile_names_in_slurms_output_stay_one_printable_line(tmp_path):
 
 def fake_hopper():
     fake = FakeSlurm("hopper", nodes=("g1", "g2"), partitions=("gpu",))
-    fake.answer(["scontrol", "--oneliner", "show", "partition"], stdout=PARTITIONS.replace("TotalNodes=4", "TotalNodes=2")
-                .replace("g[1-4]", "g[1-2]") + "\n")
+    two = PARTITIONS.replace("TotalNodes=4", "TotalNodes=2").replace("g[1-4]", "g[1-2]")
+    fake.answer(["scontrol", "--oneliner", "show", "partition"], stdout=two + "\n")
     return fake
 
 
