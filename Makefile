@@ -92,6 +92,7 @@ bench: venv compile cluster-up image
 	$(PY) bench/bench_sweep.py
 	$(PY) bench/bench_containers.py
 	$(PY) bench/bench_observe.py
+	$(PY) bench/bench_api.py
 
 # Goodput of a real training job under a mix of injected failures, for slurmkit's daemon,
 # Slurm's own --requeue and a blind afterany chain, one after the other (about 25 minutes;
