@@ -350,7 +350,7 @@ def efficiency(session: "Session", ref: "LogRef", journal_path: Optional[str] = 
     if attempts and attempts[-1].gpus is None:
         backend = session.backend(ref.cluster)
         hint = _gpus_from_controller(backend, ref.slurm_id, attempts[-1].nodes)
-        if hint is None and "gres/gpu" in backend.config().get("AccountingStorageTRES", ""):
+        if hint is None and "gres/gpu" in backend.setting("AccountingStorageTRES"):
             hint = 0      # the cluster counts GPUs and this job had none
     return report(str(ref), attempts, hint, site=session.site)
 

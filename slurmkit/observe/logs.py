@@ -187,6 +187,13 @@ def job_records(backend, slurm_id: str, patterns: bool = False) -> List[JobRecor
     return [record_from_accounting(r) for r in rows]
 
 
+def unknown_job(backend, ref: LogRef) -> SlurmkitError:
+    """The error for a job neither the controller nor accounting knows, saying why that can be."""
+    return SlurmkitError("job %s is not known to cluster %s%s" % (
+        ref, ref.cluster, "" if backend.has_accounting() else
+        " (it keeps no accounting: a job is forgotten MinJobAge after it ends)"))
+
+
 # --- patterns -------------------------------------------------------------------------------------
 
 def file_pattern(record: JobRecord, stream: str = "out", attempt_restarts: Optional[int] = None) -> Optional[str]:
@@ -323,9 +330,7 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
     backend = session.backend(ref.cluster)
     records = job_records(backend, ref.slurm_id, patterns=True)
     if not records:
-        raise SlurmkitError("job %s is not known to cluster %s%s" % (
-            ref, ref.cluster, "" if backend.has_accounting() else
-            " (it keeps no accounting: a job is forgotten MinJobAge after it ends)"))
+        raise unknown_job(backend, ref)
     if ref.task is None and len(records) > 1:
         raise ArrayNeedsTask(ref, records)
     record = records[0]
@@ -366,9 +371,10 @@ def locate(session: "Session", ref: LogRef, *, stream: str = "out", attempt: Opt
 
 def locate_file(session: "Session", ref: LogRef, path: str, stream: str = "out") -> Located:
     """A job whose output slurmkit itself put in a known file (a sweep point's ``output.log``)."""
-    records = job_records(session.backend(ref.cluster), ref.slurm_id)
+    backend = session.backend(ref.cluster)
+    records = job_records(backend, ref.slurm_id)
     if not records:
-        raise SlurmkitError("job %s is not known to cluster %s" % (ref, ref.cluster))
+        raise unknown_job(backend, ref)
     record = records[0]._replace(stdout=path, stderr=path)
     return Located(ref, record, [LogFile(path)], path, None, 1, "", None, stream)
 
@@ -419,10 +425,9 @@ def last_lines(files, path: str, lines: int) -> Optional[Tuple[int, str]]:
         have = len(parts) - (1 if trailing else 0)
         whole = len(text.encode("utf-8", "replace")) >= end
         if have > lines or whole or size >= WINDOW_MAX:
-            keep = parts[-(lines + (1 if trailing else 0)):] if lines else ([""] if trailing else [])
             if lines == 0:
                 return end, ""
-            return end, "\n".join(keep)
+            return end, "\n".join(parts[-(lines + (1 if trailing else 0)):])
         size *= 4
 
 
@@ -466,7 +471,7 @@ class Tail:
         if got is None:
             return False
         self.offset, text = got
-        self.writer.write(text if not text or text.endswith("\n") or lines == 0 else text)
+        self.writer.write(text)
         return True
 
     def read_all(self) -> bool:

@@ -350,9 +350,7 @@ def why(session: "Session", ref: "LogRef", now: Optional[datetime] = None, journ
     else:
         rows = backend.accounting_records(ref.slurm_id) or []
         if not rows:
-            raise SlurmkitError("job %s is not known to cluster %s%s" % (
-                ref, ref.cluster, "" if backend.has_accounting() else
-                " (it keeps no accounting: a job is forgotten MinJobAge after it ends)"))
+            raise logs.unknown_job(backend, ref)
         kv = rows[0]
         record = logs.record_from_accounting(kv)
     if record.state in ("PENDING", "REQUEUE_HOLD", "REQUEUED"):

@@ -210,7 +210,9 @@ class CommandBackend(SlurmBackend):
         self._json = None  # unknown until the first squeue call tells us
         # squeue --Format for jobs by id or user (commands.squeue_format); False once this Slurm refused it
         self._format = None
-        self._accounting: Optional[bool] = None  # read from config() once, when first needed
+        # The controller's configuration, read once per backend when first needed: what slurmkit reads from
+        # it (accounting, limits, plugins) changes only with a slurmctld restart or reconfigure.
+        self._config_once: Optional[Dict[str, str]] = None
 
     def describe(self):
         return "slurm commands, %s" % self.runner.describe()
@@ -309,12 +311,16 @@ class CommandBackend(SlurmBackend):
             found.update((j.job_id, j) for j in self.accounting(forgotten) if j.job_id in wanted)
         return {i: found[i] for i in ids if i in found}
 
+    def setting(self, key: str) -> str:
+        """One value of the controller's configuration ("" for unset or ``(null)``), from one ``scontrol show
+        config`` per backend: every poll must stay at its two RPCs."""
+        if self._config_once is None:
+            self._config_once = self.config()
+        value = self._config_once.get(key, "") or ""
+        return "" if value == "(null)" else value
+
     def has_accounting(self):
-        # One `scontrol show config` per backend: the storage type changes
-        # only with a slurmctld restart, and every poll must stay at two RPCs.
-        if self._accounting is None:
-            self._accounting = parsers.accounting_enabled(self.config())
-        return self._accounting
+        return parsers.accounting_enabled({"AccountingStorageType": self.setting("AccountingStorageType")})
 
     def accounting(self, job_ids: Sequence[str]) -> List[JobInfo]:
         """Jobs from sacct; empty where accounting is off, an error where it is on but does not answer."""

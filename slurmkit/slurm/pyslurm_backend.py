@@ -275,19 +275,11 @@ class PyslurmBackend(CommandBackend):
         self._pyslurm = sys.modules["pyslurm"]
         # The Slurm release pyslurm was built for (it matches the controller's: unusable_reason).
         self._release = parsers.major_minor(getattr(self._pyslurm, "__version__", "") or "") or (0, 0)
-        self._config_value: Optional[Dict[str, str]] = None
         self.last_submit_via = None  # "pyslurm" or "sbatch": which path the last submit took
-
-    def _conf(self, key: str) -> str:
-        """One value of the controller's configuration, read once per backend ("" for (null))."""
-        if self._config_value is None:
-            self._config_value = self.config()
-        value = self._config_value.get(key, "") or ""
-        return "" if value == "(null)" else value
 
     def _mpi_params(self) -> str:
         """slurm.conf's MpiParams (24.05+ may disable the Hydra variables)."""
-        return self._conf("MpiParams") if self._release >= (24, 5) else ""
+        return self.setting("MpiParams") if self._release >= (24, 5) else ""
 
     def _profile(self) -> Optional[str]:
         """The ``profile_types`` to send, or None where only sbatch submits faithfully.
@@ -304,7 +296,7 @@ class PyslurmBackend(CommandBackend):
         """
         if self._release < (24, 11):
             return ""
-        plugin = self._conf("AcctGatherProfileType")
+        plugin = self.setting("AcctGatherProfileType")
         return "none" if plugin in ("", "acct_gather_profile/none") else None
 
     def describe(self):
