@@ -62,7 +62,7 @@ def render(session, cluster, as_json, **kwargs):
 @json_option
 @pass_session
 def submit(session, cluster, accel, explain, dry_run, prefer, deadline, auto_requeue, max_restarts, checkpoint_dir,
-           conventions, transient_exit, hang_timeout, as_json, **kwargs):
+           conventions, transient_exit, hang_timeout, hang_startup, as_json, **kwargs):
     """Render a job for the site and submit it; prints CLUSTER:JOBID.
 
     \b
@@ -81,28 +81,28 @@ def submit(session, cluster, accel, explain, dry_run, prefer, deadline, auto_req
     partition = kwargs.pop("partition")
     sweep = sweep_commands.pop_sweep_options(kwargs)
     if sweep_commands.sweeping(sweep):
-        requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout)
+        requeue = sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout,
+                                                hang_startup)
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
                                                          checkpoint_dir=checkpoint_dir,
                                                          prefer=prefer not in (None, "soon") and prefer,
                                                          deadline=deadline), requeue=requeue)
     if auto_requeue:
-        from slurmkit.requeue.tracking import budget_overrides
-
         if prefer not in (None, "soon") or deadline:
             from slurmkit.errors import UsageError
 
             raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
                              "start when the job fails, whatever the window; submit without one of them")
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
-                               checkpoint_dir, budget_overrides(max_restarts, transient_exit, conventions,
-                                                                hang_timeout), as_json)
-    if max_restarts is not None or checkpoint_dir or transient_exit or conventions or hang_timeout is not None:
+                               checkpoint_dir, sweep_commands.requeue_budget(
+                                   auto_requeue, max_restarts, transient_exit, conventions, hang_timeout,
+                                   hang_startup), as_json)
+    if checkpoint_dir:
         from slurmkit.errors import UsageError
 
-        raise UsageError("--max-restarts, --checkpoint-dir, --checkpoint-convention, --transient-exit and "
-                         "--hang-timeout need --auto-requeue")
+        raise UsageError("--checkpoint-dir needs --auto-requeue")
+    sweep_commands.requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout, hang_startup)
     outcome = submit_anywhere(session, job_spec_from(kwargs), cluster, partition, accel,
                               plan_only=explain, dry_run=dry_run, prefer=prefer, deadline=deadline)
     if outcome.placement is not None:

@@ -291,6 +291,11 @@ REQUEUE_OPTIONS = [
                       "(slurmkit.checkpoint.heartbeat) and checkpoints have not moved for this long; Slurm's time "
                       "format, as --time (30: 30 minutes, 0:45: 45 seconds; 0: never; default: the site's "
                       "requeue.hang_timeout)."),
+    click.option("--hang-startup", metavar="TIME", callback=text_value,
+                 help="With --auto-requeue and a hang timeout: how long each attempt may take from its start to "
+                      "its first heartbeat (imports, rendezvous, loading the checkpoint) before a hang counts, so "
+                      "that the hang timeout itself can be short; the same format (default: the site's "
+                      "requeue.hang_startup, else the hang timeout)."),
 ]
 
 

@@ -62,17 +62,18 @@ def pop_sweep_options(kwargs) -> dict:
                                                       "max_running", "canary")}
 
 
-def requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout):
-    """The requeue budget of a sweep submitted with --auto-requeue (None without it)."""
+def requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout, hang_startup=None):
+    """The requeue budget of a job or sweep submitted with --auto-requeue (None without it)."""
     if auto_requeue:
         from slurmkit.requeue.tracking import budget_overrides
 
-        return budget_overrides(max_restarts, transient_exit, conventions, hang_timeout)
-    if max_restarts is not None or transient_exit or conventions or hang_timeout is not None:
+        return budget_overrides(max_restarts, transient_exit, conventions, hang_timeout, hang_startup)
+    if max_restarts is not None or transient_exit or conventions or hang_timeout is not None \
+            or hang_startup is not None:
         from slurmkit.errors import UsageError
 
-        raise UsageError("--max-restarts, --checkpoint-convention, --transient-exit and --hang-timeout need "
-                         "--auto-requeue")
+        raise UsageError("--max-restarts, --checkpoint-convention, --transient-exit, --hang-timeout and "
+                         "--hang-startup need --auto-requeue")
     return None
 
 
@@ -149,7 +150,7 @@ def sweep():
 @job_options
 @json_option
 def sweep_submit(site, cluster, as_json, auto_requeue, max_restarts, conventions, transient_exit, hang_timeout,
-                 **kwargs):
+                 hang_startup, **kwargs):
     """Submit a sweep as job arrays; prints the sweep id (same as 'slurmkit submit --sweep ...').
 
     \b
@@ -165,7 +166,7 @@ def sweep_submit(site, cluster, as_json, auto_requeue, max_restarts, conventions
 
         raise UsageError("a sweep needs --sweep NAME=VALUES (repeatable) or --sweep-file FILE")
     partition = kwargs.pop("partition")
-    requeue = requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout)
+    requeue = requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout, hang_startup)
     with _open_session(site) as session:
         submit_sweep(session, cluster, partition, sweep_kwargs, job_spec_from(kwargs), as_json, requeue=requeue)
 

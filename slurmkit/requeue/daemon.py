@@ -35,6 +35,10 @@ into place) and checkpoint directory have not changed for that long, by the daem
 clock (file times come from the file server's), is marked in the journal and
 cancelled; the policy restarts it as ``hung`` under its own budget.  A hung
 rank or a stuck collective otherwise holds its nodes until the time limit.
+An attempt that has not written its own first heartbeat yet is starting
+(imports, the rendezvous, loading a checkpoint): the job's ``--hang-startup``
+(else the site's ``requeue.hang_startup``) from its start holds for it, so the
+hang timeout can be a few checkpoint intervals without ending slow starts.
 
 The daemon never exits on a transient error: a cluster that does not answer
 is logged and retried with backoff, and a slow answer is never taken for a
@@ -264,6 +268,17 @@ class Daemon:
         except SlurmkitError:
             return 0.0
 
+    def hang_startup(self, tracked: Tracked) -> float:
+        """Seconds an attempt may take from its start to its first heartbeat (its imports, the rendezvous, a
+        checkpoint's load) before the hang timeout counts; never less than the hang timeout itself."""
+        own = tracked.budget.get("hang_startup_s")
+        if own is None:
+            try:
+                own = self.sessions(tracked.site).site.requeue.hang_startup or 0
+            except SlurmkitError:
+                own = 0
+        return max(float(own), self.hang_timeout(tracked))
+
     def _watch_progress(self, tracked: Tracked, attempt: Attempt, backend, report: CycleReport,
                         progressed: List[Tuple[int, str, float]]) -> None:
         if attempt.ended_by:
@@ -280,15 +295,26 @@ class Daemon:
         if since is None or marker != attempt.progress:
             since = now
             progressed.append((attempt.id, marker, now))
-        if now - since < timeout:
-            due = since + timeout
+        due, startup = since + timeout, None
+        if attempt.started_at:
+            # Until its own first heartbeat an attempt is starting: a short hang timeout (a few checkpoint
+            # intervals) must not end a start that is slow (imports, the rendezvous), nor must a long one
+            # be every hang's cost.  Checkpoints alone (no heartbeat): the allowance holds from the start.
+            startup = self.hang_startup(tracked)
+            if startup > timeout and not _has_beaten(tracked.checkpoint_dir, attempt.job_id):
+                due = max(due, attempt.started_at + startup)
+            else:
+                startup = None
+        if now < due:
             if report.next_hang is None or due < report.next_hang:
                 report.next_hang = due
             return
         where = checkpoint.heartbeat_dir(tracked.checkpoint_dir)
-        attempt.ended_by = "%s: no progress for %.0f s (the hang timeout is %.0f s): neither its heartbeat " \
+        allowance = "" if startup is None or startup <= timeout else \
+            ", after a start-up allowance of %.0f s without a heartbeat" % startup
+        attempt.ended_by = "%s: no progress for %.0f s (the hang timeout is %.0f s%s): neither its heartbeat " \
                            "(in %s) nor its checkpoint directory changed" % (policy.HUNG_MARK, now - since,
-                                                                              timeout, where)
+                                                                              timeout, allowance, where)
         self.journal.end_as_hung(attempt.id, attempt.ended_by)
         self.journal.event(tracked.id, "attempt %d (%s:%s) %s; cancelling it" % (
             attempt.number, attempt.cluster, attempt.job_id, attempt.ended_by))
@@ -494,6 +520,14 @@ def progress_marker(checkpoint_dir: str) -> str:
     from slurmkit.checkpoint import heartbeat_dir
 
     return "heartbeat %s checkpoints %s" % (stamp(heartbeat_dir(checkpoint_dir)), stamp(checkpoint_dir))
+
+
+def _has_beaten(checkpoint_dir: str, job_id: str) -> bool:
+    """Whether job ``job_id`` wrote its own heartbeat yet (one stat; an array task beats under its raw
+    SLURM_JOB_ID, not ``A_I``, so it counts as not yet: the start-up allowance then holds from its start)."""
+    from slurmkit.checkpoint import heartbeat_path
+
+    return os.path.exists(heartbeat_path(checkpoint_dir, job_id))
 
 
 def _expand_nodes(expressions) -> set:

@@ -70,9 +70,11 @@ def submit_attempt(session_for, tracked: Tracked, attempt: Attempt, cluster: str
 
 
 def budget_overrides(max_restarts: Optional[int] = None, transient_exit_codes: Sequence[int] = (),
-                     checkpoint_conventions: Sequence[str] = (), hang_timeout: Optional[str] = None) -> dict:
+                     checkpoint_conventions: Sequence[str] = (), hang_timeout: Optional[str] = None,
+                     hang_startup: Optional[str] = None) -> dict:
     """A tracked job's own budget and settings, as the journal keeps them (``submit --auto-requeue``
-    and each point of ``sweep submit --auto-requeue``); ``hang_timeout`` in Slurm's time format."""
+    and each point of ``sweep submit --auto-requeue``); ``hang_timeout`` and ``hang_startup`` in Slurm's
+    time format."""
     out = {}
     if max_restarts is not None:
         if max_restarts < 0:
@@ -83,17 +85,24 @@ def budget_overrides(max_restarts: Optional[int] = None, transient_exit_codes: S
     if checkpoint_conventions:
         out["checkpoint_conventions"] = list(checkpoint_conventions)
     if hang_timeout is not None:
-        from slurmkit.times import TIME_FORMATS_TEXT, slurm_time_seconds
-
-        try:
-            seconds = slurm_time_seconds(hang_timeout)
-        except ValueError:
-            seconds = -1
-        if seconds is None or seconds < 0:
-            raise UsageError("--hang-timeout %s: give a time as for --time (%s; 0: never), e.g. 30 (minutes) or "
-                             "0:45 (seconds)" % (hang_timeout, TIME_FORMATS_TEXT.replace(" or UNLIMITED", "")))
-        out["hang_timeout_s"] = seconds
+        out["hang_timeout_s"] = _duration("--hang-timeout", hang_timeout, "0: never")
+    if hang_startup is not None:
+        out["hang_startup_s"] = _duration("--hang-startup", hang_startup, "0: the hang timeout")
     return out
+
+
+def _duration(option: str, value: str, zero: str) -> int:
+    """Seconds of a duration given as for --time (UNLIMITED is not one)."""
+    from slurmkit.times import TIME_FORMATS_TEXT, slurm_time_seconds
+
+    try:
+        seconds = slurm_time_seconds(value)
+    except ValueError:
+        seconds = -1
+    if seconds is None or seconds < 0:
+        raise UsageError("%s %s: give a time as for --time (%s; %s), e.g. 30 (minutes) or 0:45 (seconds)"
+                         % (option, value, TIME_FORMATS_TEXT.replace(" or UNLIMITED", ""), zero))
+    return seconds
 
 
 def submit_tracked(session, spec, journal: Journal, cluster: Optional[str] = None, partition: Optional[str] = None,

@@ -33,7 +33,7 @@ def build_site(value, path):
         requeue=RequeueSettings(
             transient_exit_codes=tuple(value["requeue"]["transient_exit_codes"]),
             signal_grace=value["requeue"]["signal_grace"], checkpoint_root=value["requeue"].get("checkpoint_root"),
-            hang_timeout=value["requeue"]["hang_timeout"],
+            hang_timeout=value["requeue"]["hang_timeout"], hang_startup=value["requeue"]["hang_startup"],
             shared_checkpoint_clusters=tuple(value["requeue"]["shared_checkpoint_clusters"]),
             checkpoint_conventions=tuple(value["requeue"]["checkpoint_conventions"])),
     )

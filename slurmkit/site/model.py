@@ -124,6 +124,7 @@ class RequeueSettings(NamedTuple):
     transient_exit_codes: Tuple[int, ...] = ()   # exit codes restarted as transient (NCCL errors, Xid)
     signal_grace: int = 120                      # seconds of SIGUSR1 warning before the time limit
     hang_timeout: int = 0                        # seconds without progress before a job is ended; 0: never
+    hang_startup: int = 0                        # seconds from start to first heartbeat allowed (>= hang_timeout)
     checkpoint_root: Optional[str] = None        # default parent of a tracked job's checkpoint directory
     # Clusters that see the same checkpoint filesystem: a restart may move between them.
     shared_checkpoint_clusters: Tuple[str, ...] = ()

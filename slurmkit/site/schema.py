@@ -398,6 +398,10 @@ SITE = {
                 "hang_timeout": {"type": "int", "default": 0, "min": 0, "max": 7 * 24 * 3600,
                                  "doc": "seconds without progress (heartbeat or checkpoint) after which the daemon "
                                         "ends a running tracked job and restarts it; 0: never"},
+                "hang_startup": {"type": "int", "default": 0, "min": 0, "max": 7 * 24 * 3600,
+                                 "doc": "seconds from a tracked job's start to its first heartbeat during which "
+                                        "no hang is declared (its imports, rendezvous, checkpoint load); 0 or "
+                                        "less than hang_timeout: the hang timeout"},
                 "checkpoint_root": {"type": "str", "path": True,
                                     "doc": "default parent directory of tracked jobs' checkpoint directories"},
                 "checkpoint_conventions": {"type": "list", "default": [],

@@ -260,8 +260,11 @@ def other_exit_one_rank(user, devcluster):
 def hang(user, devcluster):
     """One process on gamma that stops making progress after step 20 (a rank stuck in a collective): its
     heartbeat and checkpoints stand still.  With --hang-timeout 0:20, cron's `daemon once` every few
-    seconds must end it about 20 s after its last heartbeat, never sooner, and restart it from step 20."""
+    seconds must end it about 20 s after its last heartbeat, never sooner, and restart it from step 20.
+    Its start-up allowance (--hang-startup 2:00) ends with its first heartbeat: were the job's own
+    heartbeat not recognised, the hang would be found only 2 minutes after the start."""
     first = user.submit("-T", "single", "-N", 1, "--gpus-per-node", 1, "-t", 5, "--hang-timeout", "0:20",
+                        "--hang-startup", "2:00",
                         command=[user.python, TRAIN, "--steps", 60, *TRAIN_ARGS, "--first-attempt-step-seconds", 0.5,
                                  "--first-attempt-hang", 20])
     user.running(first["job_id"])
@@ -823,7 +826,7 @@ def test_a_job_that_stops_making_progress_is_ended_and_restarted_from_its_checkp
     result = scenario.outcome()
     first = result["final"]["attempts"][0]
     assert result["first_state"] == "CANCELLED"
-    assert first["ended_by"].startswith("hung: no progress for ") and "the hang timeout is 20 s" in first["ended_by"]
+    assert first["ended_by"].startswith("hung: no progress for ") and "the hang timeout is 20 s)" in first["ended_by"]
     assert first["decision"].startswith("ended by the daemon: no progress for ")
     # The heartbeat is written every 5 s at most, so the last one came 0-5 s before the hang: ended
     # 20 s after it, plus a cycle of cron's `daemon once` (every 2 s here) and a loaded machine's lag.

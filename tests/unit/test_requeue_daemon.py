@@ -513,3 +513,51 @@ def test_a_new_daemon_each_cycle_as_crons_daemon_once_still_finds_the_hang(world
         world.clock.advance(60)
     assert world.alpha.table[job].state == "CANCELLED"
     assert world.job(tid).attempts[0].ended_by.startswith("hung: no progress for 120 s")
+
+
+def test_a_start_without_a_heartbeat_has_its_allowance_then_the_short_hang_timeout_counts(world):
+    # A 20 s hang timeout for a job that beats every few seconds, and 120 s for its start (imports, the
+    # rendezvous): a slow start is no hang, a hang after the first beat costs 20 s, not 120.
+    tid, job = world.track(hang_timeout_s=20, hang_startup_s=120)
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    report = world.daemon.cycle()
+    assert report.next_hang == pytest.approx(world.clock.time() + 120)
+    world.clock.advance(100)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "RUNNING"
+    beat(world, job, 10 ** 9)                     # its first heartbeat: started
+    world.daemon.cycle()
+    world.clock.advance(19)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "RUNNING"
+    world.clock.advance(2)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "CANCELLED"
+    assert world.job(tid).attempts[0].ended_by.startswith("hung: no progress for 21 s (the hang timeout is 20 s)")
+
+
+def test_a_start_that_never_beats_is_ended_when_its_allowance_is_spent(world):
+    tid, job = world.track(hang_timeout_s=20, hang_startup_s=120)
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    world.daemon.cycle()
+    world.clock.advance(119)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "RUNNING"
+    world.clock.advance(2)
+    world.daemon.cycle()
+    assert world.alpha.table[job].state == "CANCELLED"
+    assert world.job(tid).attempts[0].ended_by.startswith(
+        "hung: no progress for 121 s (the hang timeout is 20 s, after a start-up allowance of 120 s without a "
+        "heartbeat)")
+
+
+def test_the_start_up_allowance_is_the_jobs_else_the_sites_and_never_below_the_hang_timeout(world):
+    from types import SimpleNamespace
+
+    site = SimpleNamespace(requeue=SimpleNamespace(hang_timeout=30, hang_startup=300))
+    daemon = Daemon(world.journal, sessions=lambda s: SimpleNamespace(site=site), submit_attempt=world.submit_attempt)
+    from_site, _ = world.track()
+    own, _ = world.track(hang_startup_s=90)
+    short, _ = world.track(hang_timeout_s=600, hang_startup_s=60)
+    assert daemon.hang_startup(world.job(from_site)) == 300 and daemon.hang_startup(world.job(own)) == 90
+    assert daemon.hang_startup(world.job(short)) == 600
