@@ -67,10 +67,13 @@ SPACING = float(os.environ.get("BENCH_GOODPUT_SPACING", "55"))
 STEP_SECONDS = 0.5
 LATE = 15.0                            # an attempt that ended this close to the wall's end had no time to restart
 CHECKPOINT_EVERY = 10                  # steps: 5 s of work
-TIME_LIMIT = "5"                       # minutes, each attempt
-# Longer than an attempt's start on two shared cores (four processes importing torch at once, then
-# the rendezvous: 20-40 s), which counts against it: no heartbeat comes before the first step.
-HANG_TIMEOUT = "1:00"
+# Minutes, each attempt: well past the time between failures, so that only the injected time limit ends one.
+TIME_LIMIT = str(max(5, int(3 * SPACING // 60) + 1))
+# Three heartbeats (rank 0 beats every 5 s at most): a hang costs this, not the length of a start.
+HANG_TIMEOUT = "0:15"
+# An attempt's start before its first heartbeat (torch's imports and the rendezvous on two shared
+# cores, then loading the checkpoint: 7-40 s measured): longer, so that a slow start is no hang.
+HANG_STARTUP = "1:00"
 # gloo's own timeout of a collective, above the hang timeout and a daemon cycle: at 60 s, as the
 # hang timeout, a stopped rank made the others fail (exit 1, not a transient code) just as the
 # daemon was about to end the job for its hang, and it stopped tracking it.  NCCL's default is
@@ -186,7 +189,8 @@ class Run:
     def start(self):
         self.t0 = time.monotonic()
         if self.contender == "slurmkit":
-            self.slurmkit("submit", "--auto-requeue", "--hang-timeout", HANG_TIMEOUT, "--checkpoint-dir", self.ckpt,
+            self.slurmkit("submit", "--auto-requeue", "--hang-timeout", HANG_TIMEOUT,
+                          "--hang-startup", HANG_STARTUP, "--checkpoint-dir", self.ckpt,
                           *self.job_options(), "--", *self.command())
             self.start_daemon()
             return
@@ -469,6 +473,7 @@ def main():
     results = [run_one(c, work) for c in CONTENDERS]
     summary = {"wall_s": WALL, "spacing_s": SPACING, "step_seconds": STEP_SECONDS,
                "checkpoint_every": CHECKPOINT_EVERY, "time_limit_min": TIME_LIMIT, "hang_timeout": HANG_TIMEOUT,
+               "hang_startup": HANG_STARTUP,
                "collective_timeout_s": COLLECTIVE_TIMEOUT,
                "mix": FAILURES, "results": results}
     (OUT / "goodput.json").write_text(json.dumps(summary, indent=2) + "\n")
