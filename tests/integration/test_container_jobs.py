@@ -69,26 +69,50 @@ def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(ima
     check_probe(text, "it's $(x)", tmp_path)
 
 
+needs_apptainer = pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian "
+                                     "release (the root of Slurm 26.05, Debian sid, has it: make test-releases runs "
+                                     "this there)")
+# Each real runtime that can run a multi-node step here: Charliecloud on alpha, Apptainer where Debian has
+# it (alpha's runtime replaced; --userns: see test_apptainer_runs_a_two_node_job_in_the_image_for_real).
+# Slurm's OCI runtime takes its mounts from the bundle alone, so the repository's training program is
+# not there: its 2-node case is test_several_tasks_of_an_oci_step_without_their_slurm_variables_...
+MULTI_NODE_RUNTIMES = [pytest.param("charliecloud", id="charliecloud"),
+                       pytest.param("apptainer", id="apptainer", marks=needs_apptainer)]
+
+
+def site_for(tmp_path, runtime):
+    """The site file whose alpha runs ``runtime``."""
+    return SITE if runtime == "charliecloud" else alpha_with_runtime(tmp_path, runtime, options=["--userns"])
+
+
 @pytest.mark.slow
-def test_two_node_ddp_trains_in_the_image_with_torchrun(image, tmp_path):
+@pytest.mark.parametrize("runtime", MULTI_NODE_RUNTIMES)
+def test_two_node_ddp_trains_in_the_image_with_torchrun(image, tmp_path, runtime):
     # The torchrun template: one launcher per node, each in the image, meeting at the first node's
     # NodeAddr; gloo over the fabric's interface; checkpoints into the mounted checkpoint directory.
     job, text = run_to_end(tmp_path, "-N", "2", "--procs-per-node", "2", "--image", IMAGE, "--mount", str(ROOT),
                            "--", IMAGE_PYTHON, TRAIN, "--steps", "20", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                           "--checkpoint-every", "10", timeout=240)
-    assert job["template"] == "torchrun" and job["runtime"] == "charliecloud"
+                           "--checkpoint-every", "10", timeout=240, site=site_for(tmp_path, runtime))
+    assert job["template"] == "torchrun" and job["runtime"] == runtime
     started = check_training(text, world=4, steps=20)
     assert len({s[2] for s in started.values()}) == 2 and {s[3] for s in started.values()} <= {
         "127.0.1.%d" % n for n in range(11, 15)}, started
     assert "checkpoint step=20" in text and (tmp_path / "ckpt").is_dir()
 
 
-def test_a_sweep_runs_each_point_in_the_image(image, tmp_path):
+@pytest.mark.parametrize("runtime", [
+    pytest.param("charliecloud", id="charliecloud"),
+    pytest.param("oci", id="oci", marks=pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not "
+                                                           "installed here (make install-system installs it)")),
+    pytest.param("apptainer", id="apptainer", marks=needs_apptainer)])
+def test_a_sweep_runs_each_point_in_the_image(image, tmp_path, runtime):
+    # Each point an array task in the image: Charliecloud and Apptainer on alpha, Slurm's OCI on beta.
     program = ("import json, os, sys; print(json.dumps({'prefix': sys.prefix, 'lr': sys.argv[1], "
                "'point': os.environ['SLURMKIT_SWEEP_POINT']}))")
-    env = dict(os.environ, SLURMKIT_SITE=SITE, SLURMKIT_STATE_DIR=str(tmp_path / "state"))
+    where = ("-M", "beta", "-p", "gpu") if runtime == "oci" else ("-M", "alpha", "-p", "cpu")
+    env = dict(os.environ, SLURMKIT_SITE=site_for(tmp_path, runtime), SLURMKIT_STATE_DIR=str(tmp_path / "state"))
     proc = run_slurmkit(["submit", "--sweep", "lr=0.1,0.01", "--sweep", "seed=0..1", "--sweep-dir",
-                         tmp_path / "sweep", "-p", "cpu", "-T", "single", "-t", "3", "--image", IMAGE, "--",
+                         tmp_path / "sweep", *where, "-T", "single", "-t", "3", "--image", IMAGE, "--",
                          IMAGE_PYTHON, "-c", program, "{lr}"], env=env, cwd=tmp_path, check=True)
     sweep_id = proc.stdout.strip()
 
@@ -226,8 +250,7 @@ def test_the_command_lines_of_apptainer_and_podman_hpc_run_a_two_node_job_throug
     assert text.count("extra True") == 2, text
 
 
-@pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian release (the "
-                    "root of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
+@needs_apptainer
 def test_apptainer_runs_a_two_node_job_in_the_image_for_real(image, tmp_path):
     # The real Apptainer (sid's package) on the image's root as a sandbox directory: what slurmkit renders
     # for it (--bind, --pwd, --env NAME=$NAME) reaches both tasks, in the host's network.  The site's own
@@ -238,7 +261,7 @@ def test_apptainer_runs_a_two_node_job_in_the_image_for_real(image, tmp_path):
                            "--mount", "%s:/mnt" % tmp_path, "--", IMAGE_PYTHON, "-c",
                            PROBE + "; import os; print('extra', os.path.exists('/mnt/job-%s.out' % "
                            "os.environ['SLURM_JOB_ID']))",
-                           site=alpha_with_runtime(tmp_path, "apptainer", options=["--userns"]), timeout=180)
+                           site=site_for(tmp_path, "apptainer"), timeout=180)
     assert job["runtime"] == "apptainer"
     check_probe(text, "apptainer run", tmp_path)
     assert text.count("extra True") == 2, text
