@@ -488,6 +488,30 @@ def container_image(devcluster):
     return _with_mount_point(copy)
 
 
+@pytest.fixture(scope="session")
+def oci_site_with_repo(container_image, tmp_path_factory):
+    """A site file whose beta (Slurm's OCI runtime) runs a bundle that also has the clone, read-only, at its
+    own path: an OCI job takes its mounts from the bundle's config.json alone (slurmkit refuses --mount
+    there), and the training program and slurmkit's checkpoint helper are in the clone.  The bundle is
+    the clusters' copy linked again (cp -al) beside it with one mount added to its config.json."""
+    bundle = Path(container_image).parent / (IMAGE + "-with-repo")
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir()
+    if subprocess.run(["cp", "-al", str(Path(container_image) / "rootfs"), str(bundle / "rootfs")],
+                      capture_output=True).returncode != 0:
+        subprocess.run(["cp", "-a", str(Path(container_image) / "rootfs"), str(bundle / "rootfs")], check=True)
+    config = json.loads((Path(container_image) / "config.json").read_text())
+    config["mounts"].append({"destination": str(REPO), "type": "bind", "source": str(REPO),
+                             "options": ["rbind", "ro"]})
+    (bundle / "config.json").write_text(json.dumps(config, indent=1))
+    text = (REPO / "site_configs" / "local.yaml").read_text().replace("../.devcluster", str(REPO / ".devcluster"))
+    named = "debian-12: %s\n" % container_image
+    assert named in text, "site_configs/local.yaml no longer names beta's bundle as %s" % container_image
+    site = tmp_path_factory.mktemp("oci-site") / "local-oci-with-repo.yaml"
+    site.write_text(text.replace(named, "debian-12: %s\n" % bundle, 1))
+    return str(site)
+
+
 def _with_mount_point(copy: Path) -> str:
     """The clusters' copy with a mount point at the clone's path, as a site's image has its file systems'
     (/home, /scratch): ch-run binds only onto a directory the image has, and the tests mount the clone

@@ -46,6 +46,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,8 +299,11 @@ SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemptio
 # The same failures of a job in a container image (Charliecloud, as on alpha and gamma): the daemon
 # on the host restarts it from the checkpoint its program wrote inside the image.  A node set DOWN
 # ends every job on it, so the node failure in the image waits for the plain one's to be over.
-IMAGE_SCENARIOS = {"node_fail_image": ("alpha", node_failure), "timeout_image": ("gamma", time_limit)}
-AFTER = {"node_fail_image": "node_fail"}
+# And under Slurm's own OCI runtime on beta (runc): Slurm's USR1 reaches the program through srun's
+# --container; after the preemption on beta, whose urgent job would take this one's node too.
+IMAGE_SCENARIOS = {"node_fail_image": ("alpha", node_failure), "timeout_image": ("gamma", time_limit),
+                   "timeout_oci": ("beta", time_limit)}
+AFTER = {"node_fail_image": "node_fail", "timeout_oci": "preempt"}
 
 
 def scenario_test(key):
@@ -333,7 +337,10 @@ def scenarios(devcluster, tmp_path_factory, request):
             if key not in wanted or (not CAN_RUN_IMAGES if key in IMAGE_SCENARIOS else bool(_MISSING)):
                 continue
             image = key in IMAGE_SCENARIOS and request.getfixturevalue("container_image") and IMAGE
-            user = User(base, key, cluster, IMAGE_PYTHON if image else PYTHON, image=image or None)
+            # An OCI bundle has the clone in its config.json (the runtime takes no --mount).
+            oci = {"site": request.getfixturevalue("oci_site_with_repo"), "mount_repo": False} \
+                if key.endswith("_oci") else {}
+            user = User(base, key, cluster, IMAGE_PYTHON if image else PYTHON, image=image or None, **oci)
             running[key] = Scenario(user, _after(running.get(AFTER.get(key)), body, devcluster))
             running[key].thread.start()
         yield running
@@ -818,6 +825,15 @@ def test_a_job_in_an_image_saves_on_usr1_and_restarts_from_that_checkpoint(scena
     # USR1 went from the batch shell on the host through srun and ch-run to both workers in the image.
     result = check_time_limit(scenarios["timeout_image"])
     assert result["first"]["runtime"] == "charliecloud"
+
+
+@needs_image
+@pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make install-system)")
+@scenario_test("timeout_oci")
+def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
+    # USR1 went from the batch shell through srun --container and runc to both workers in the bundle.
+    result = check_time_limit(scenarios["timeout_oci"])
+    assert result["first"]["runtime"] == "oci" and result["first"]["image"].endswith("/%s-with-repo" % IMAGE)
 
 
 @scenario_test("hang")

@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site_configs" / "local.yaml"
 
 
-def user_env(home: Path, state: Path):
+def user_env(home: Path, state: Path, site=SITE):
     """A user's environment: nothing of ours (SLURMKIT_*, SLURM_*), a HOME and journal of the test's."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURMKIT_", "SLURM_", "SBATCH_", "SRUN_")) and k != "SSH_AUTH_SOCK"}
     home.mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(home), SLURMKIT_CACHE_DIR=str(home / "cache"), SLURMKIT_SITE=str(SITE),
+    env.update(HOME=str(home), SLURMKIT_CACHE_DIR=str(home / "cache"), SLURMKIT_SITE=str(site),
                SLURMKIT_STATE_DIR=str(state))
     return env
 
@@ -52,13 +52,16 @@ _USERS = itertools.count()
 class User:
     """One user's tracked job: submitted with the CLI, driven with ``daemon once``, read with ``jobs --json``."""
 
-    def __init__(self, base: Path, key: str, cluster: str, python: str = PYTHON, image: Optional[str] = None):
+    def __init__(self, base: Path, key: str, cluster: str, python: str = PYTHON, image: Optional[str] = None,
+                 site=SITE, mount_repo: bool = True):
         """``python``: the one the job's command names; ``image``: the job runs in this container image, with
-        the repository mounted at its own path (the training program and its checkpoint helper are there)."""
+        the repository mounted at its own path (the training program and its checkpoint helper are there;
+        ``mount_repo`` False: the site's image has it already, as an OCI bundle must)."""
         self.key, self.cluster, self.python, self.image = key, cluster, python, image
+        self.mount_repo = mount_repo
         self.dir = base / key
         self.dir.mkdir(parents=True)
-        self.env = user_env(self.dir / "home", self.dir / "state")
+        self.env = user_env(self.dir / "home", self.dir / "state", site)
         self.ckpt = self.dir / "ckpt"
         self.name = "skt-rq-%s-%d-%d" % (key, os.getpid(), next(_USERS))   # unique: jobs are counted by name
         self.times = []          # (seconds since the start, event): shown when a test fails
@@ -69,7 +72,7 @@ class User:
         self.times.append((round(time.monotonic() - self.t0, 1), event))
 
     def submit(self, *args, command):
-        image = ("--image", self.image, "--mount", ROOT) if self.image else ()
+        image = ("--image", self.image) + (("--mount", ROOT) if self.mount_repo else ()) if self.image else ()
         out = slurmkit(self.env, "submit", "--json", "--auto-requeue", "--checkpoint-dir", self.ckpt,
                        "-M", self.cluster, "-J", self.name, "-o", self.dir / ("%s-%%j.out" % self.key), *image,
                        *args, "--", *command)
