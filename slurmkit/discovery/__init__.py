@@ -14,6 +14,8 @@ the file and the cluster have drifted apart.
   local one), reading them through their backends, refusing to overwrite a
   file, validating the draft before it is written.
 
-It sits on ``session``, ``slurm``, ``site`` and ``script`` (the switch-wait
-cap's one parser) and is imported only by the CLI.
+It sits on ``session``, ``slurm``, ``site``, ``script`` (the switch-wait
+cap's one parser) and the pure readers of ``health.sources`` (what the probe
+job prints of sysfs is read as ``slurmkit health`` reads the same files),
+and is imported only by the CLI.
 """

@@ -29,6 +29,8 @@ from typing import List, NamedTuple, Optional, Sequence
 from slurmkit import times
 from slurmkit.discovery.facts import ClusterFacts, PartitionFacts, printable
 from slurmkit.errors import UsageError
+from slurmkit.health.sources.infiniband import hca_matches
+from slurmkit.health.sources.interfaces import ifname_matches
 
 FAIL, SLOWER, WARNING = "fail", "slower", "warning"
 # What makes `site check` exit 1: a finding that makes jobs fail or run slower.
@@ -141,24 +143,6 @@ def _gres(cluster: str, name: str, part, live: PartitionFacts) -> List[Finding]:
     return []
 
 
-def _hca_matches(spec: str, exact: bool, port_name: str) -> bool:
-    """Whether NCCL_IB_HCA's entry ``spec`` names the probed port "mlx5_0:1" (exact with '=', else a prefix)."""
-    hca, _, port = spec.partition(":")
-    their_hca, _, their_port = port_name.partition(":")
-    if port and port != their_port:
-        return False
-    return their_hca == hca if exact else their_hca.startswith(hca)
-
-
-def _ifname_matches(spec: str, interfaces: Sequence[str]) -> Optional[bool]:
-    """Whether NCCL_SOCKET_IFNAME ``spec`` names an interface; None when it excludes ('^'), naming none."""
-    if spec.startswith("^"):
-        return None
-    exact = spec.startswith("=")
-    names = [n for n in spec.lstrip("=").split(",") if n]
-    return any((i == n if exact else i.startswith(n)) for n in names for i in interfaces)
-
-
 def _fabric(cluster: str, name: str, part, live: PartitionFacts, probes) -> List[Finding]:
     """The partition's fabric against the probe of its node types."""
     out: List[Finding] = []
@@ -174,7 +158,7 @@ def _fabric(cluster: str, name: str, part, live: PartitionFacts, probes) -> List
     fabric = part.fabric
     if fabric.socket_ifname:
         interfaces = sorted({i for p in probed for i in p.interfaces})
-        if _ifname_matches(fabric.socket_ifname, interfaces) is False:
+        if ifname_matches(fabric.socket_ifname, interfaces) is False:
             routed = sorted({p.route_iface for p in probed if p.route_iface})
             fix = ("set socket_ifname: %s (the interface that carries the nodes' addresses)" % routed[0] if routed
                    else "set it to one of: %s" % (", ".join(printable(i) for i in interfaces) or "none found"))
@@ -189,7 +173,7 @@ def _fabric(cluster: str, name: str, part, live: PartitionFacts, probes) -> List
             if spec.startswith("^"):       # an exclusion names no device that must exist
                 continue
             wanted = spec.lstrip("=")
-            matching = [port for port in ports if _hca_matches(wanted, exact, port.name)]
+            matching = [port for port in ports if hca_matches(wanted, exact, port.name)]
             if not matching:
                 message = "no probed node (%s) has HCA %s" % (nodes, printable(wanted))
             elif not any(port.active for port in matching):

@@ -13,7 +13,10 @@ partition, instead of queueing.
 Where the RDMA devices are read is a parameter (``/sys/class/infiniband``;
 the partition's ``health.ib_sysfs`` when a site sets one): tests point it at
 a fake sysfs tree made by :func:`slurmkit.health.sources.fakes.write_ib_port`,
-the one the health checks use.  The devices are counted in ``device_dir``
+the one the health checks use.  What the script prints is read with the health
+checks' own pure readers of those sysfs files (``health.sources.infiniband``
+and ``health.sources.interfaces``): a port or an interface is active or up
+for ``site init`` exactly when it is for ``slurmkit health``.  The devices are counted in ``device_dir``
 (``/dev``, or the partition's ``health.device_dir``) as the health checks
 count them.
 """
@@ -22,6 +25,8 @@ import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError
+from slurmkit.health.sources.infiniband import RdmaPort, state_name
+from slurmkit.health.sources.interfaces import interface_up
 from slurmkit.slurm import commands
 
 # The container runtimes slurmkit has adapters for, by the command each installs (Slurm's own OCI
@@ -44,10 +49,11 @@ esac
 echo "addr $addr ${ip:--}"
 if command -v ip >/dev/null 2>&1; then
   [ -n "$ip" ] && ip -o route get "$ip" 2>/dev/null | head -n 1 | sed 's/^/route /'
-  ip -o addr show 2>/dev/null | awk '{ print "iface " $2 }' | sort -u
-else
-  echo "noip"
 fi
+for i in /sys/class/net/*; do
+  [ -e "$i" ] || continue
+  echo "iface ${i##*/}|$(cat "$i/flags" 2>/dev/null)|$(cat "$i/operstate" 2>/dev/null)"
+done
 for p in "$ib"/*/ports/*; do
   [ -d "$p" ] || continue
   h=${p%/ports/*}; h=${h##*/}; n=${p##*/}
@@ -65,22 +71,11 @@ echo "end"
 """
 
 
-class RdmaPort(NamedTuple):
-    name: str            # "mlx5_0:1"
-    state: str           # "ACTIVE", "DOWN" ...
-    link_layer: str      # "InfiniBand" or "Ethernet" (RoCE)
-    rate: str            # "400 Gb/sec (4X NDR)"
-
-    @property
-    def active(self) -> bool:
-        return self.state.upper() == "ACTIVE"
-
-
 class NodeProbe(NamedTuple):
     node: str
     addr: str = ""
     route_iface: Optional[str] = None    # where the kernel routes the node's own address
-    interfaces: Tuple[str, ...] = ()
+    interfaces: Tuple[str, ...] = ()    # those up (sysfs flags and operstate, as the health check reads them)
     rdma: Tuple[RdmaPort, ...] = ()
     devices: Dict[str, int] = {}         # "nvidia" / "davinci" -> how many device files
     runtimes: Tuple[str, ...] = ()       # commands found (ch-run, runc ...)
@@ -121,14 +116,15 @@ def parse_probe(stdout: str, ib_root: str = "/sys/class/infiniband", device_dir:
             if "dev" in words[:-1]:
                 route = _word(words[words.index("dev") + 1])
         elif kind == "iface":
-            name = _word(rest.strip().rstrip(":").split("@")[0])
-            if name and name not in interfaces:
+            parts = rest.split("|")
+            name = _word(parts[0].strip())
+            if name and len(parts) == 3 and interface_up(parts[1], parts[2]) and name not in interfaces:
                 interfaces.append(name)
         elif kind == "rdma":
             parts = rest.split("|")
             name = _word(parts[0]) if parts else None
             if name and len(parts) == 4:
-                state = parts[1].partition(":")[2].strip() or parts[1].strip()
+                state = state_name(parts[1].strip())[1] or ""
                 rdma.append(RdmaPort(name, state, parts[2].strip(), parts[3].strip()))
         elif kind == "devices":
             words = rest.split()

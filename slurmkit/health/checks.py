@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from slurmkit.health.sources import nvml as nv
 from slurmkit.health.sources.infiniband import LINK_COUNTERS, NOISE_COUNTERS
+from slurmkit.health.sources.interfaces import ifname_matches
 from slurmkit.health.findings import CheckResult, fail, ok, warn
 
 
@@ -297,6 +298,11 @@ def _stray(boards, plan) -> CheckResult:
 
 # ---------------------------------------------------------------- InfiniBand
 
+# What the admin does about a port that is missing or down (the message is what the drain's report shows).
+_IB_FIX = ("jobs here would fall back to sockets: reseat or replace the HCA or its cable, check the driver and the "
+           "subnet manager, or take the port out of the partition's fabric.hcas")
+
+
 def infiniband(reading: Optional[dict], plan, previous: dict, reading_error: Optional[str] = None
                ) -> Tuple[List[CheckResult], dict]:
     """Port state, rate and error-counter growth per expected port; returns (results, counters to keep)."""
@@ -315,12 +321,12 @@ def infiniband(reading: Optional[dict], plan, previous: dict, reading_error: Opt
                 where = ("no %s (is the driver loaded?)" % plan.checks.ib_sysfs if not reading["root_exists"]
                          else "no HCA %s" % spec.split(":")[0] if not port.get("hca_exists")
                          else "HCA has no port %s" % spec.split(":")[1])
-                results.append(fail("ib_port:" + spec, "%s missing: %s" % (spec, where)))
+                results.append(fail("ib_port:" + spec, "%s missing: %s; %s" % (spec, where, _IB_FIX)))
             continue
         if on("ib_port"):
             if port["state"] != "ACTIVE" or port["phys_state"] != "LinkUp":
-                results.append(fail("ib_port:" + spec, "%s is %s/%s, expected ACTIVE/LinkUp"
-                                    % (spec, port["state"], port["phys_state"]), port.get("state_code")))
+                results.append(fail("ib_port:" + spec, "%s is %s/%s, expected ACTIVE/LinkUp; %s"
+                                    % (spec, port["state"], port["phys_state"], _IB_FIX), port.get("state_code")))
             else:
                 results.append(ok("ib_port:" + spec, "%s ACTIVE/LinkUp" % spec, port.get("state_code")))
         if on("ib_rate") and expected_rate:
@@ -351,6 +357,39 @@ def _ib_errors(spec, counters, before) -> CheckResult:
         return warn(name, "%s errors since the last check: %s" % (
             spec, ", ".join("%s +%d" % kv for kv in sorted(noise.items()))), sum(noise.values()))
     return ok(name, "%s error counters steady" % spec, 0)
+
+
+# ---------------------------------------------------------------- socket interface
+
+def socket_ifname(reading: Optional[dict], spec: str, reading_error: Optional[str] = None) -> List[CheckResult]:
+    """The fabric's ``socket_ifname`` (NCCL_SOCKET_IFNAME) names an interface of the node that is up.
+
+    ``reading`` is ``interfaces.read_interfaces``' dict.  An exclusion ('^docker') names nothing that must
+    exist and always passes.  The result's name carries the spec, so a drain reason names the interface.
+    """
+    # No '=' or ',' in the name: it goes into the drain reason, which Slurm prints among key=value pairs and
+    # slurmkit reads back as a list split at ", ".
+    name = "socket_ifname:" + "+".join(n for n in spec.lstrip("=^").split(",") if n)
+    if spec.startswith("^"):
+        return [ok(name, "%s excludes interfaces; nothing to find" % spec)]
+    if reading is None or not reading.get("root_exists"):
+        why = reading_error or (reading or {}).get("error") or "no answer"
+        return [fail(name, "the network interfaces could not be read: %s" % why)]
+    found = reading["interfaces"]
+    up = sorted(n for n, i in found.items() if i["up"])
+    if ifname_matches(spec, up):
+        return [ok(name, "%s: %s up" % (spec, ", ".join(n for n in up if ifname_matches(spec, [n]))))]
+    down = sorted(n for n in found if n not in up and ifname_matches(spec, [n]))
+    if down:
+        what = "%s %s down (%s)" % (", ".join(down), "is" if len(down) == 1 else "are",
+                                    ", ".join("operstate %s" % found[n]["operstate"] for n in down))
+        fix = "bring it up (ip link set %s up) or check its cable and switch port" % down[0]
+    else:
+        what = "no interface %s on the node" % " or ".join(n for n in spec.lstrip("=").split(",") if n)
+        fix = ("check the driver and the interface's name (udev), or set the partition's fabric.socket_ifname to an "
+               "interface the nodes have")
+    return [fail(name, "%s: NCCL and Gloo find no socket there and jobs fail; %s (up: %s)"
+                 % (what, fix, ", ".join(up) or "none"))]
 
 
 # ---------------------------------------------------------------- containers

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 # The source modules import psutil and pynvml only inside their functions:
 # importing them here costs nothing a check does not use.
 from slurmkit.health import checks, state
-from slurmkit.health.sources import ascend, containers, host, infiniband, kmsg, nvml, probe
+from slurmkit.health.sources import ascend, containers, host, infiniband, interfaces, kmsg, nvml, probe
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.findings import NodeReport, fail
 
@@ -111,6 +111,8 @@ def check_node(plan: CheckPlan, sources: Sources = Sources()) -> NodeReport:
         found, remember["ib"] = checks.infiniband(outcome.value if outcome.ok else None, plan,
                                                   memory.get("ib") or {}, None if outcome.ok else outcome.error)
         results += found
+    if on("socket_ifname"):
+        results += checks.socket_ifname(interfaces.read_interfaces(), plan.socket_ifname)
     if "containers" in outcomes:
         outcome = outcomes["containers"]
         results += checks.container_runtime(outcome.value if outcome.ok else None, plan.container_runtime,

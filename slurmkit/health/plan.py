@@ -15,9 +15,10 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 from slurmkit.errors import UsageError
 from slurmkit.site.model import HEALTH_CHECK_GROUPS, HealthChecks
 
-# 2: container_runtime and oci_conf; a plan of version 1 (no containers) is still read.
-PLAN_VERSION = 2
-READS_VERSIONS = (1, 2)
+# 2: container_runtime and oci_conf; 3: socket_ifname.  Older plans (no containers, no socket interface)
+# are still read.
+PLAN_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 _GROUP_OF = {name: group for group, names in HEALTH_CHECK_GROUPS.items() for name in names}
 
 
@@ -37,6 +38,7 @@ class CheckPlan(NamedTuple):
     check_timeout: float = 50.0
     container_runtime: Optional[str] = None   # the partition's containers.runtime; None: no image jobs there
     oci_conf: Optional[str] = None       # runtime oci: beside the cluster's slurm.conf; None: the node's own
+    socket_ifname: Optional[str] = None  # the fabric's NCCL_SOCKET_IFNAME ("=eth0", "ib"); None: not checked
 
     def enabled(self, name: str) -> bool:
         """Whether check ``name`` runs: not skipped by name or group, and it applies to this partition."""
@@ -50,6 +52,8 @@ class CheckPlan(NamedTuple):
             return bool(self.ib_ports)
         if group == "containers":
             return self.container_runtime is not None
+        if group == "fabric":
+            return self.socket_ifname is not None
         return True
 
     def to_json(self) -> str:
@@ -156,4 +160,5 @@ def build(site, cluster, partition, node: str, node_info=None) -> CheckPlan:
         state_dir=site.health.state_dir, check_timeout=site.health.check_timeout,
         container_runtime=partition.containers.runtime,
         oci_conf=(os.path.join(os.path.dirname(cluster.slurm_conf), "oci.conf")
-                  if partition.containers.runtime == "oci" and cluster.slurm_conf else None))
+                  if partition.containers.runtime == "oci" and cluster.slurm_conf else None),
+        socket_ifname=partition.fabric.socket_ifname)

@@ -40,6 +40,7 @@ HEALTH_CHECK_GROUPS = {
             "throttle", "pcie", "stray_processes", "npu_count"),
     "ib": ("ib_port", "ib_rate", "ib_errors"),
     "containers": ("container_runtime",),
+    "fabric": ("socket_ifname",),
 }
 HEALTH_CHECK_NAMES = tuple(name for names in HEALTH_CHECK_GROUPS.values() for name in names)
 # Xids NVIDIA documents as needing a GPU reset or a reboot (double-bit ECC,

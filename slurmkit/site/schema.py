@@ -124,7 +124,7 @@ HEALTH_CHECKS = {
     "doc": "node health thresholds for this partition's nodes (slurmkit health)",
     "keys": {
         "skip": {"type": "list", "items": {"type": "str", "checker": check_health_skip},
-                 "doc": "checks or groups (host, gpu, ib) not to run"},
+                 "doc": "checks or groups (host, gpu, ib, containers, fabric) not to run"},
         "memory_mb": {"type": "int", "min": 1, "doc": "memory a node must have; default: memory_mb of the partition"},
         "memory_tolerance_percent": {"type": "number", "min": 0, "max": 100,
                                      "doc": "how much less memory still passes (the kernel keeps some)"},

@@ -31,9 +31,10 @@ def node_state(cluster, node, devcluster):
     return parse_nodes(out)[0]
 
 
-def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False, runtime=None):
+def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False, runtime=None,
+               socket_ifname=None):
     """A site of the three local clusters whose health checks only the test can fail (and, with
-    ``runtime``, the partitions' container runtime)."""
+    ``runtime``, the partitions' container runtime; with ``socket_ifname``, their fabric's socket interface)."""
     raw = devcluster.raw
     lines = ["site: health-test",
              "health:",
@@ -65,6 +66,8 @@ def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, rela
                       "        memory_mb: %d" % c["memory_mb_per_node"]]
             if runtime:
                 lines += ["        containers: {runtime: %s}" % runtime]
+            if socket_ifname:
+                lines += ["        fabric: {type: ethernet, socket_ifname: %s}" % json.dumps(socket_ifname)]
             lines += ["        health:",
                       # no NVML on this machine; load and D state belong to whatever else runs here
                       "          skip: %s" % ("[load, dstate]" if ascend else "[gpu, load, dstate]"),
@@ -99,7 +102,8 @@ def beta(devcluster, tmp_path):
     token = "%s %d" % (ADMIN, time.time())
 
     def ours(info):
-        return info.reason.startswith(("slurmkit: mount:%s" % tmp_path, "slurmkit: container_runtime", token))
+        return info.reason.startswith(("slurmkit: mount:%s" % tmp_path, "slurmkit: container_runtime",
+                                       "slurmkit: socket_ifname:slurmkit-gone0", token))
 
     busy = [n for n in names if node_state("beta", n, devcluster).reason]
     if busy:
@@ -195,6 +199,26 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
     assert rows["bn2"]["action"] == "resumed: 2 clean checks in a row: resume"
     info = node_state("beta", "bn2", devcluster)
     assert "DRAIN" not in info.state and info.reason == ""
+
+
+def test_a_node_whose_socket_interface_is_gone_is_drained_naming_it(devcluster, tmp_path, beta):
+    """The partition's fabric.socket_ifname against the node's real /sys/class/net (beta's slurmds run on
+    this machine): a name no interface has fails the check and --slurm drains the node with it."""
+    site = write_site(tmp_path, devcluster, socket_ifname="=slurmkit-gone0")
+    proc = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn2", "--slurm", "--json",
+                    tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["failing"] == ["socket_ifname:slurmkit-gone0"]
+    [result] = [r for r in report["results"] if r["name"] == "socket_ifname:slurmkit-gone0"]
+    assert result["message"].startswith("no interface slurmkit-gone0 on the node: NCCL and Gloo find no socket")
+    assert "set the partition's fabric.socket_ifname" in result["message"] and "lo" in result["message"]
+    info = node_state("beta", "bn2", devcluster)
+    assert "DRAIN" in info.state and info.reason == "slurmkit: socket_ifname:slurmkit-gone0"
+    # the loopback is up on every node here: the same check passes
+    good = write_site(tmp_path, devcluster, socket_ifname="=lo")
+    proc = slurmkit("health", "check", "--site", good, "-M", "beta", "--node", "bn1", "--json", tmp_path=tmp_path)
+    assert proc.returncode == 0 and "socket_ifname:lo" not in json.loads(proc.stdout)["failing"], proc.stdout
 
 
 @needs_ch_run

@@ -174,10 +174,12 @@ def test_cluster_names_need_a_site():
 PROBED = """node g1
 addr g1.cluster 10.1.0.1
 route 10.1.0.1 dev ens1f0 src 10.1.0.1 uid 0 \\    cache
-iface lo
-iface ens1f0
-iface vlan5@ens1f0
-iface bad$(reboot)
+iface lo|0x9|unknown
+iface ens1f0|0x1003|up
+iface ens2f0|0x1003|down
+iface ens3f0|0x1002|down
+iface vlan5|0x1003|up
+iface bad$(reboot)|0x1003|up
 rdma mlx5_0:1|4: ACTIVE|InfiniBand|400 Gb/sec (4X NDR)
 rdma mlx5_1:1|1: DOWN|InfiniBand|10 Gb/sec (4X SDR)
 devices nvidia 8
@@ -191,7 +193,8 @@ end
 def test_the_probe_output_is_read_into_facts():
     got = nodeprobe.parse_probe(PROBED)
     assert (got.node, got.addr, got.route_iface) == ("g1", "g1.cluster", "ens1f0")
-    # "vlan5@ens1f0" is ip's way of naming a VLAN's parent; a name with shell text in it is dropped.
+    # up as the health check reads sysfs: IFF_UP set and a link (ens2f0 has none, ens3f0 is set down);
+    # a name with shell text in it is dropped.
     assert got.interfaces == ("lo", "ens1f0", "vlan5")
     assert [(p.name, p.state, p.active) for p in got.rdma] == [("mlx5_0:1", "ACTIVE", True),
                                                                ("mlx5_1:1", "DOWN", False)]

@@ -9,11 +9,11 @@ stray processes, NPU count, InfiniBand state, rate and error growth.
 import pytest
 
 from slurmkit.health import checks
-from slurmkit.health.sources import infiniband, kmsg, nvml
+from slurmkit.health.sources import infiniband, interfaces, kmsg, nvml
 from slurmkit.health.sources.fakes import FakeGpu, FakeNvml, write_ib_port, write_kernel_log, xid_line
 from slurmkit.health.plan import CheckPlan
 from slurmkit.health.sources.probe import Outcome
-from slurmkit.health.findings import FAIL, OK, WARN
+from slurmkit.health.findings import FAIL, OK, WARN, CheckResult
 from slurmkit.site.model import Fabric, HealthChecks, HealthMount
 
 
@@ -215,6 +215,10 @@ def test_npu_count(tmp_path):
 
 # ---------------------------------------------------------------- InfiniBand (sysfs tree)
 
+IB_FIX = ("jobs here would fall back to sockets: reseat or replace the HCA or its cable, check the driver and the "
+          "subnet manager, or take the port out of the partition's fabric.hcas")
+
+
 def ib_plan(ports=("mlx5_0:1", "mlx5_1:1"), rate=None, root="/sys/class/infiniband"):
     return CheckPlan("n1", "c", "gpu", ib_ports=tuple(ports), checks=HealthChecks(ib_rate_gbps=rate, ib_sysfs=root))
 
@@ -228,11 +232,11 @@ def test_every_expected_port_active_at_the_expected_rate(tmp_path):
     results, _ = checks.infiniband(reading, plan, {})
     results = by_name(results)
     assert results["ib_port:mlx5_0:1"].status == OK and results["ib_rate:mlx5_0:1"].status == OK
-    assert results["ib_port:mlx5_1:1"].message == "mlx5_1:1 is DOWN/Disabled, expected ACTIVE/LinkUp"
+    assert results["ib_port:mlx5_1:1"].message == "mlx5_1:1 is DOWN/Disabled, expected ACTIVE/LinkUp; " + IB_FIX
     # not "any port": one port slower than the others fails on its own
     assert results["ib_rate:mlx5_2:1"].message == "mlx5_2:1 runs at 200 Gb/s, expected 400 (200 Gb/sec (4X HDR))"
-    assert results["ib_port:mlx5_3:1"].message == "mlx5_3:1 missing: no HCA mlx5_3"
-    assert results["ib_port:mlx5_0:2"].message == "mlx5_0:2 missing: HCA has no port 2"
+    assert results["ib_port:mlx5_3:1"].message == "mlx5_3:1 missing: no HCA mlx5_3; " + IB_FIX
+    assert results["ib_port:mlx5_0:2"].message == "mlx5_0:2 missing: HCA has no port 2; " + IB_FIX
 
 
 def test_a_configured_rate_and_a_missing_driver(tmp_path):
@@ -241,7 +245,8 @@ def test_a_configured_rate_and_a_missing_driver(tmp_path):
     assert by_name(results)["ib_rate:mlx5_0:1"].status == FAIL
     gone = str(tmp_path / "no-driver")
     results, _ = checks.infiniband(infiniband.read_ports(gone, ["mlx5_0:1"]), ib_plan(["mlx5_0:1"], root=gone), {})
-    assert by_name(results)["ib_port:mlx5_0:1"].message == "mlx5_0:1 missing: no %s (is the driver loaded?)" % gone
+    assert by_name(results)["ib_port:mlx5_0:1"].message == \
+        "mlx5_0:1 missing: no %s (is the driver loaded?); %s" % (gone, IB_FIX)
 
 
 def test_error_counters_growing_between_checks(tmp_path):
@@ -265,3 +270,60 @@ def test_expected_ports_come_from_the_fabric():
     assert infiniband.expected_ports(None, fabric) == ("mlx5_0:1", "mlx5_1:1")
     assert infiniband.expected_ports(("mlx5_4:2",), fabric) == ("mlx5_4:2",)
     assert infiniband.expected_ports(None, Fabric(type="ethernet")) == ()
+
+
+# ---------------------------------------------------------------- the socket interface (sysfs net)
+
+def write_interface(root, name, flags="0x1003", operstate="up"):
+    """One interface under ``root``, a stand-in for /sys/class/net (the real one is checked below)."""
+    base = root / name
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "flags").write_text(flags + "\n")
+    (base / "operstate").write_text(operstate + "\n")
+
+
+def test_the_socket_interface_up_down_gone_and_excluded(tmp_path):
+    write_interface(tmp_path, "lo", "0x9", "unknown")
+    write_interface(tmp_path, "eth0")
+    write_interface(tmp_path, "eth1", operstate="down")            # no carrier: the cable or switch port
+    write_interface(tmp_path, "eth2", flags="0x1002", operstate="down")   # set down
+    reading = interfaces.read_interfaces(str(tmp_path))
+    assert {n: i["up"] for n, i in reading["interfaces"].items()} == {"lo": True, "eth0": True, "eth1": False,
+                                                                      "eth2": False}
+    assert checks.socket_ifname(reading, "=eth0") == [CheckResult("socket_ifname:eth0", OK, "=eth0: eth0 up")]
+    assert checks.socket_ifname(reading, "eth")[0].status == OK          # NCCL's prefix: eth0 is up
+    [down] = checks.socket_ifname(reading, "=eth1")
+    assert down.status == FAIL and down.message == (
+        "eth1 is down (operstate down): NCCL and Gloo find no socket there and jobs fail; bring it up (ip link set "
+        "eth1 up) or check its cable and switch port (up: eth0, lo)")
+    [gone] = checks.socket_ifname(reading, "ib0")
+    assert gone.name == "socket_ifname:ib0" and gone.status == FAIL and gone.message.startswith(
+        "no interface ib0 on the node: NCCL and Gloo find no socket there and jobs fail; check the driver")
+    # the name goes into a drain reason: no '=' (Slurm's key=value output) and no ',' (the reason's list)
+    assert checks.socket_ifname(reading, "=a,b")[0].name == "socket_ifname:a+b"
+    assert checks.socket_ifname(reading, "^docker,lo")[0].status == OK
+    missing = interfaces.read_interfaces(str(tmp_path / "none"))
+    assert checks.socket_ifname(missing, "eth0")[0].message.startswith("the network interfaces could not be read: ")
+
+
+def test_the_real_sys_class_net():
+    """This machine's own interfaces: the loopback is always there and up; a made-up name is not."""
+    reading = interfaces.read_interfaces()
+    assert reading["root_exists"] and reading["interfaces"]["lo"]["up"]
+    assert checks.socket_ifname(reading, "=lo")[0].status == OK
+    assert checks.socket_ifname(reading, "=slurmkit-no-such0")[0].status == FAIL
+
+
+def test_the_probe_job_and_the_health_check_see_the_same_interfaces_up(tmp_path):
+    """site init's probe script, run here by sh on this machine's /sys/class/net, and the health check's
+    reader agree on which interfaces are up (ifb0/ifb1 here are down, eth0 and lo up)."""
+    import subprocess
+
+    from slurmkit.discovery import nodeprobe
+
+    out = subprocess.run(["sh", "-c", nodeprobe.PROBE_SCRIPT, "probe", str(tmp_path / "ib"), str(tmp_path / "dev")],
+                         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    probe = nodeprobe.parse_probe(out.stdout)
+    health = interfaces.read_interfaces()["interfaces"]
+    assert "lo" in probe.interfaces
+    assert sorted(probe.interfaces) == sorted(n for n, i in health.items() if i["up"])

@@ -59,9 +59,9 @@ def test_the_sweeps_plan_on_stdin(tmp_path):
     proc = run("--plan", "-", "--json", stdin=plan(tmp_path).to_json(), tmp_path=tmp_path)
     assert proc.returncode == 0 and json.loads(proc.stdout)["healthy"]
     newer = json.loads(plan(tmp_path).to_json())
-    newer["version"] = 3
+    newer["version"] = 4
     proc = run("--plan", "-", stdin=json.dumps(newer), tmp_path=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("Error: the check plan is version 3")
+    assert proc.returncode == 2 and proc.stderr.startswith("Error: the check plan is version 4")
 
 
 def test_the_lean_entry_a_sweep_can_run_instead(tmp_path):

@@ -91,10 +91,33 @@ def test_a_plan_travels_as_json_and_refuses_another_version():
 
     newer = json.loads(plan.to_json())
     newer["version"] = 99
-    with pytest.raises(UsageError, match="version 99; this slurmkit reads versions 1, 2"):
+    with pytest.raises(UsageError, match="version 99; this slurmkit reads versions 1, 2, 3"):
         CheckPlan.from_json(json.dumps(newer))
     with pytest.raises(UsageError, match="not a check plan"):
         CheckPlan.from_json("{}")
+
+
+def test_the_socket_interface_is_checked_where_the_fabric_names_one(tmp_path, state_dir):
+    """The plan carries the partition's socket_ifname (a version-2 plan, without it, is still read);
+    the whole check fails a node whose interface is gone, on this machine's real /sys/class/net."""
+    from slurmkit.health import plan as plans
+    from slurmkit.site.model import Cluster, Fabric, Partition, Site
+
+    part = Partition(name="gpu", fabric=Fabric(type="ethernet", socket_ifname="=slurmkit-gone0"))
+    cluster = Cluster(name="c", partitions={"gpu": part})
+    built = plans.build(Site(name="s", path="s.yaml", clusters={"c": cluster}), cluster, part, "g7")
+    assert built.socket_ifname == "=slurmkit-gone0" and built.enabled("socket_ifname")
+    assert not built._replace(socket_ifname=None).enabled("socket_ifname")
+    assert not built._replace(checks=HealthChecks(skip=("fabric",))).enabled("socket_ifname")
+    old = json.loads(built.to_json())
+    old["version"] = 2
+    del old["socket_ifname"]
+    assert CheckPlan.from_json(json.dumps(old)).socket_ifname is None
+    plan = plan_for(tmp_path, state_dir, skip=("gpu", "ib", "host"))._replace(socket_ifname="=slurmkit-gone0")
+    report = node.check_node(plan)
+    assert report.failing == ["socket_ifname:slurmkit-gone0"]
+    assert "no interface slurmkit-gone0 on the node" in report.results[0].message
+    assert node.check_node(plan._replace(socket_ifname="=lo")).failing == []
 
 
 # ---------------------------------------------------------------------------

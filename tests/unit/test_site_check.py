@@ -42,8 +42,8 @@ CONFIG = {"ClusterName": "hopper", "SchedulerParameters": "max_switch_wait=600"}
 PROBED = """node g1
 addr g1 10.1.0.1
 route 10.1.0.1 dev ens1f0 src 10.1.0.1
-iface lo
-iface ens1f0
+iface lo|0x9|unknown
+iface ens1f0|0x1003|up
 rdma mlx5_0:1|4: ACTIVE|InfiniBand|400 Gb/sec (4X NDR)
 rdma mlx5_1:1|1: DOWN|InfiniBand|400 Gb/sec (4X NDR)
 devices nvidia 8
@@ -178,7 +178,7 @@ def test_hostile_names_in_slurms_output_stay_one_printable_line(tmp_path):
         "Partitions=bad\x1b]0;owned\x07 State=IDLE"
     partitions = PARTITIONS + "\nPartitionName=bad\x1b]0;owned\x07 Nodes=h1 TotalNodes=1"
     found = findings(tmp_path, nodes=nodes, partitions=partitions,
-                     probe_text=PROBED.replace("iface ens1f0", "iface ens1f0\niface $(reboot)\x1b"))
+                     probe_text=PROBED.replace("iface lo|", "iface $(reboot)\x1b|0x1|up\niface lo|"))
     assert found, "the hostile partition is said to be left out"
     for finding in found:
         assert all(0x20 <= ord(c) < 0x7f for c in finding.line()), finding.line()

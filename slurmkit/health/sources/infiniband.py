@@ -11,11 +11,16 @@ otherwise; tests lay out the same tree in a temporary directory)::
 
 Some drivers answer counter reads from the adapter's firmware, which can
 stall: :func:`read_ports` runs in a forked child (see ``probe``).
+
+The pure parts are shared with ``slurmkit site init``/``site check``, whose
+probe job prints the same sysfs files from a shell on nodes without
+slurmkit: :func:`state_name` reads a state file's text, :class:`RdmaPort` is
+a port as both see it, and :func:`hca_matches` is NCCL_IB_HCA's matching rule.
 """
 
 import os
 import re
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, NamedTuple, Optional, Tuple
 
 # Counters that mean the link itself is in trouble when they grow, and
 # those that also grow with (rare) noise.
@@ -52,8 +57,33 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _state(text: Optional[str]):
-    """"4: ACTIVE" -> (4, "ACTIVE")."""
+class RdmaPort(NamedTuple):
+    """One port of an HCA as read from sysfs (here, or by ``site init``'s probe job on a node)."""
+
+    name: str            # "mlx5_0:1"
+    state: str           # "ACTIVE", "DOWN" ...
+    link_layer: str      # "InfiniBand" or "Ethernet" (RoCE)
+    rate: str            # "400 Gb/sec (4X NDR)"
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper() == "ACTIVE"
+
+
+def hca_matches(spec: str, exact: bool, port_name: str) -> bool:
+    """Whether NCCL_IB_HCA's entry ``spec`` ("mlx5_0:1", "mlx5") names the port "mlx5_0:1".
+
+    ``exact``: the list began with '=' (whole device names); else NCCL takes each entry as a prefix.
+    """
+    hca, _, port = spec.lstrip("=").partition(":")
+    their_hca, _, their_port = port_name.partition(":")
+    if port and port != their_port:
+        return False
+    return their_hca == hca if exact else their_hca.startswith(hca)
+
+
+def state_name(text: Optional[str]):
+    """A port's ``state``/``phys_state`` file: "4: ACTIVE" -> (4, "ACTIVE"); (None, None) when empty."""
     if not text:
         return None, None
     code, _, name = text.partition(":")
@@ -69,8 +99,8 @@ def read_ports(root: str, ports: Iterable[str]) -> dict:
         if not os.path.isdir(base):
             out["ports"][spec] = {"exists": False, "hca_exists": os.path.isdir(os.path.join(root, hca))}
             continue
-        state_code, state = _state(_read(os.path.join(base, "state")))
-        phys_code, phys = _state(_read(os.path.join(base, "phys_state")))
+        state_code, state = state_name(_read(os.path.join(base, "state")))
+        phys_code, phys = state_name(_read(os.path.join(base, "phys_state")))
         rate_text = _read(os.path.join(base, "rate")) or ""
         rate = _RATE_RE.match(rate_text)
         counters = {}
