@@ -17,7 +17,7 @@ them, never at module level of a module on a command's common path.
 __version__ = "0.3.0"
 
 # The Python API's names at the top (``from slurmkit import AutoExecutor``), imported when asked for.
-_API = ("AutoExecutor", "SlurmExecutor", "Job", "FailedJobError", "UncompletedJobError")
+_API = ("AutoExecutor", "SlurmExecutor", "Job", "JobEnvironment", "FailedJobError", "UncompletedJobError")
 
 
 def __getattr__(name):

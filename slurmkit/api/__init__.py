@@ -13,7 +13,7 @@ package's own top-level names (tests/unit/test_architecture.py).  Imported only 
 ``import slurmkit`` stays cheap for every command.
 """
 
-__all__ = ["AutoExecutor", "SlurmExecutor", "Job", "FailedJobError", "UncompletedJobError"]
+__all__ = ["AutoExecutor", "SlurmExecutor", "Job", "JobEnvironment", "FailedJobError", "UncompletedJobError"]
 
 
 def __getattr__(name):
@@ -25,6 +25,10 @@ def __getattr__(name):
         from slurmkit.api.job import Job
 
         return Job
+    if name == "JobEnvironment":
+        from slurmkit.helpers import JobEnvironment
+
+        return JobEnvironment
     if name in ("FailedJobError", "UncompletedJobError"):
         from slurmkit import errors
 

@@ -219,20 +219,22 @@ class Executor:
         pending, self._batch = self._batch, None
         if not pending:
             return
-        # One function for the array (defined here, so cloudpickle carries it by value: the nodes need
-        # no slurmkit), each task's own function its first argument.
-        apply = lambda fn, *args, **kwargs: fn(*args, **kwargs)  # noqa: E731
-        apply.__name__ = getattr(pending[0][0], "__name__", "batch")
-        jobs = self._submit(apply, [((fn,) + tuple(args), kwargs) for fn, args, kwargs, _ in pending], array=True)
+        # One array, each task's call with its own function (payload.dump_calls(None, ...)): a checkpointable
+        # one is seen as such by the task that runs it, and asks for the array's --requeue and USR1.
+        jobs = self._submit(None, [(fn, args, kwargs) for fn, args, kwargs, _ in pending], array=True)
         for (_, _, _, placeholder), job in zip(pending, jobs):
             placeholder._job = job
 
-    def _shape(self, fn):
-        """(the job's shape as a JobSpec with a stand-in command, its partition, tasks per call)."""
+    def _shape(self, fn, each=()):
+        """(the job's shape as a JobSpec with a stand-in command, its partition, tasks per call); ``fn`` None:
+        the calls' own functions ``each`` (a batch), named after the first, checkpointable if one is."""
         from slurmkit.script.render import JobSpec
 
-        if not callable(fn):
-            raise UsageError("submit: %r is not callable" % (fn,))
+        fns = list(each) if fn is None else [fn]
+        for one in fns:
+            if not callable(one):
+                raise UsageError("submit: %r is not callable" % (one,))
+        fn = fns[0]
         request = params.request(self.parameters, self.generic)
         fields = dict(request.fields)
         tasks_per_node = int(fields.pop("procs_per_node", 1))
@@ -246,7 +248,7 @@ class Executor:
                              % (nodes * tasks_per_node))
         fields.setdefault("name", getattr(fn, "__name__", "call")[:64] or "call")
         fields.setdefault("gpus_per_node", 0)
-        if fields.get("requeue") is not False and checkpointable(fn):
+        if fields.get("requeue") is not False and any(checkpointable(one) for one in fns):
             # Slurm's USR1 before the time limit, where the call's task gets it: the batch shell is the
             # task with template single (it execs the Python), srun's tasks are a step otherwise.
             fields["requeue"] = True
@@ -256,10 +258,12 @@ class Executor:
         return shape, request.partition, nodes * tasks_per_node
 
     def _submit(self, fn, calls, array: bool) -> List[Job]:
+        """Queue ``calls`` (``(args, kwargs)`` each, of ``fn``; ``fn`` None: ``(function, args, kwargs)`` each)
+        as one job, or as arrays the cluster takes; a Job per call, in order."""
         from slurmkit import jobs
         from slurmkit.api import payload
 
-        shape, partition, tasks = self._shape(fn)
+        shape, partition, tasks = self._shape(fn, [call[0] for call in calls] if fn is None else ())
         cluster, partition = self._choose(shape._replace(token=jobs.new_token()), partition)
         place = self._place(cluster)
         sizes = [1]
@@ -273,8 +277,9 @@ class Executor:
         for size in sizes:
             token = jobs.new_token()
             files = cluster_paths(place.folder, token, array=array)
+            given = json.dumps({"cluster": cluster, "log": files["log"]}, sort_keys=True)
             spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"],
-                                           files["checkpoint"]),
+                                           files["checkpoint"], given),
                                   output=files["log"], token=token, array="0-%d" % (size - 1) if array else None)
             store.write(files["call"], payload.dump_calls(fn, calls[start:start + size], array=array))
             try:

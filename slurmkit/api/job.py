@@ -19,20 +19,10 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional
 
 from slurmkit.errors import FailedJobError, SlurmkitError, UncompletedJobError, UsageError
+from slurmkit.helpers import JobPaths  # noqa: F401  (submitit's name, here as in submitit.core.utils)
 
 RECORD_SUFFIX = ".job.json"
 LOG_TAIL_BYTES = 4000
-
-
-class JobPaths(NamedTuple):
-    """Where a job's files are: ``folder`` here (its record), the rest on the cluster."""
-
-    folder: Path
-    cluster_folder: str
-    submitted_pickle: str        # the call
-    result_pickle: str           # task 0's outcome
-    stdout: str                  # Slurm's log of the job (stdout and stderr together)
-    stderr: str
 
 
 def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:

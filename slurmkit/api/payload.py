@@ -9,7 +9,7 @@ header says which Python and which cloudpickle pickled it; the outcome's says wh
 the call returned or raised, with the exception's type, message and formatted traceback
 (readable even where the exception itself cannot be unpickled here).
 
-:data:`BOOTSTRAP` is the program each task runs (``PYTHON -c BOOTSTRAP CALL RESULT CHECKPOINT``):
+:data:`BOOTSTRAP` is the program each task runs (``PYTHON -c BOOTSTRAP CALL RESULT CHECKPOINT JOB``):
 it needs cloudpickle on the nodes, not slurmkit, and turns every way of failing before the
 call (no cloudpickle, another Python, a call that cannot be unpickled) into an outcome
 with one sentence saying what to do, instead of a traceback in the job's log only.
@@ -38,17 +38,24 @@ from typing import NamedTuple, Optional
 FORMAT = 1
 
 # The task side.  argv: the calls file, the outcome's file (%t: the task's rank, %a: the array task's
-# index), the task's checkpoint (%a), optional.  Kept free of slurmkit imports: the nodes' Python need
-# not have slurmkit.
+# index), the task's checkpoint (%a; optional, may be empty), JSON of the site's cluster name and
+# Slurm's log (%a; optional), which the call reads through helpers.JobEnvironment.  Kept free of
+# slurmkit imports: the nodes' Python need not have slurmkit.
 BOOTSTRAP = r'''
 import base64, json, os, signal, socket, subprocess, sys, traceback
 index = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
 rank = os.environ.get("SLURM_PROCID", "0")
 call_path = sys.argv[1]
 result_path = sys.argv[2].replace("%t", rank).replace("%a", index)
-checkpoint_path = sys.argv[3].replace("%a", index) if len(sys.argv) > 3 else None
+checkpoint_path = sys.argv[3].replace("%a", index) if len(sys.argv) > 3 and sys.argv[3] else None
+given = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
 resumed = bool(checkpoint_path) and os.path.exists(checkpoint_path)
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+# For JobEnvironment().paths inside the call (and any process it starts).
+os.environ["SLURMKIT_JOB"] = json.dumps({"cluster": given.get("cluster", ""), "folder": os.path.dirname(call_path),
+                                         "call": call_path, "result": result_path,
+                                         "log": given.get("log", "").replace("%a", index),
+                                         "checkpoint": checkpoint_path})
 def write(head, body=b""):
     head["format"] = 1
     tmp = "%s.tmp.%d" % (result_path, os.getpid())
@@ -68,13 +75,24 @@ with open(checkpoint_path if resumed else call_path) as f:
     lines = f.read().split("\n")
 head = json.loads(lines[0])
 here = "%d.%d" % sys.version_info[:2]
+if head.get("submitit"):
+    # Pickled under `python -m slurmkit.compat`: an `import submitit` inside the call means slurmkit here too.
+    try:
+        import slurmkit.compat
+        slurmkit.compat.install()
+    except Exception:
+        pass
 if head["python"] != here:
     refuse("PythonVersionError", "the call was pickled by Python %s and %s on node %s is Python %s: name a "
            "Python %s for the cluster (the executor's python=, or the site's api_python)"
            % (head["python"], sys.executable, node, here, head["python"]))
 try:
-    fn = cloudpickle.loads(base64.b64decode(lines[1]))
-    args, kwargs = cloudpickle.loads(base64.b64decode(lines[2 + (int(index) if head.get("array") else 0)]))
+    line = base64.b64decode(lines[2 + (int(index) if head.get("array") else 0)])
+    if head.get("each"):      # a batch: each call with its own function
+        fn, args, kwargs = cloudpickle.loads(line)
+    else:
+        fn = cloudpickle.loads(base64.b64decode(lines[1]))
+        args, kwargs = cloudpickle.loads(line)
 except Exception as exc:
     refuse(type(exc).__name__, "the call could not be unpickled by %s on node %s: %s: %s (a module the "
            "function needs is not importable there?)" % (sys.executable, node, type(exc).__name__, exc))
@@ -158,18 +176,26 @@ def python_version() -> str:
 
 def dump_calls(fn, calls, array: bool = False) -> str:
     """The text of a calls file (what :data:`BOOTSTRAP` reads): ``fn`` once, then each call's
-    ``(args, kwargs)``; ``array``: array task ``i`` runs call ``i``, else the one call runs."""
+    ``(args, kwargs)``; ``array``: array task ``i`` runs call ``i``, else the one call runs.  ``fn``
+    None: each call is ``(function, args, kwargs)`` (a batch of different functions), pickled together."""
     import cloudpickle
 
     if "slurmkit.helpers" in sys.modules:
         # Checkpointable and DelayedSubmission travel with the call: the nodes need no slurmkit.
         cloudpickle.register_pickle_by_value(sys.modules["slurmkit.helpers"])
-    calls = [(tuple(args), dict(kwargs)) for args, kwargs in calls]
+    each = fn is None
+    calls = [(f, tuple(args), dict(kwargs)) for f, args, kwargs in calls] if each else \
+        [(tuple(args), dict(kwargs)) for args, kwargs in calls]
     if not array and len(calls) != 1:
         raise ValueError("a calls file of a job that is no array holds one call")
     head = {"format": FORMAT, "python": python_version(), "cloudpickle": cloudpickle.__version__,
             "array": bool(array), "calls": len(calls)}
-    lines = [json.dumps(head), base64.b64encode(cloudpickle.dumps(fn)).decode("ascii")]
+    if each:
+        head["each"] = True
+    compat = sys.modules.get("slurmkit.compat")
+    if compat is not None and sys.modules.get("submitit") is compat:
+        head["submitit"] = True      # the bootstrap makes `import submitit` give slurmkit.compat too
+    lines = [json.dumps(head), "" if each else base64.b64encode(cloudpickle.dumps(fn)).decode("ascii")]
     lines += [base64.b64encode(cloudpickle.dumps(call)).decode("ascii") for call in calls]
     return "\n".join(lines) + "\n"
 

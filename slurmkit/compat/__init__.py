@@ -2,9 +2,10 @@
 
 ``import slurmkit.compat as submitit`` gives submitit's names laid out as submitit lays them
 out: ``AutoExecutor``, ``SlurmExecutor``, ``Executor``, ``Job`` (and ``SlurmJob``),
-``helpers`` (``Checkpointable``, ``DelayedSubmission``), ``core.utils`` (``FailedJobError``,
-``UncompletedJobError``, ``DelayedSubmission``, ``JobPaths``) and ``core.core`` (``Job``,
-``Executor``).  A script that says ``import submitit`` and cannot be changed runs as::
+``JobEnvironment``, ``helpers`` (``Checkpointable``, ``DelayedSubmission``), ``core.utils``
+(``FailedJobError``, ``UncompletedJobError``, ``DelayedSubmission``, ``JobPaths``), ``core.core``
+(``Job``, ``Executor``) and ``core.job_environment`` (``JobEnvironment``).  A script that says
+``import submitit`` and cannot be changed runs as::
 
     python -m slurmkit.compat script.py ARGS...      # or: python -m slurmkit.compat -m pkg.module ARGS...
 
@@ -23,15 +24,16 @@ from slurmkit.api import AutoExecutor, Job, SlurmExecutor
 from slurmkit.api.executor import Executor
 from slurmkit.compat import core, helpers
 from slurmkit.errors import FailedJobError, UncompletedJobError
+from slurmkit.helpers import JobEnvironment
 
 # submitit's name for the Job a SlurmExecutor returns: slurmkit has one Job for every cluster.
 SlurmJob = Job
 
-__all__ = ["AutoExecutor", "SlurmExecutor", "Executor", "Job", "SlurmJob", "helpers", "core",
+__all__ = ["AutoExecutor", "SlurmExecutor", "Executor", "Job", "SlurmJob", "JobEnvironment", "helpers", "core",
            "FailedJobError", "UncompletedJobError", "install"]
 
 # The modules a submitit script may import by name, and ours that answer for them.
-MODULES = ("", ".helpers", ".core", ".core.utils", ".core.core")
+MODULES = ("", ".helpers", ".core", ".core.utils", ".core.core", ".core.job_environment")
 
 
 def install(name: str = "submitit") -> None:

@@ -323,3 +323,34 @@ def test_a_checkpointable_call_asks_for_requeue_and_usr1_and_auto_requeue_false_
     assert (shape.requeue, shape.signal) == (None, None)              # not checkpointable: the cluster's default
     with pytest.raises(UsageError, match="auto_requeue='yes': give True"):
         params.request({"auto_requeue": "yes"}, True)
+
+
+def test_a_batch_carries_each_calls_own_function_and_a_checkpointable_one_is_checkpointed(tmp_path):
+    # batch(): one array, each task's line holds its own function, so the task running a Checkpointable sees it.
+    from slurmkit.api.executor import AutoExecutor, CHECKPOINT_SIGNAL_S
+
+    count = _counter_class()()
+    text = payload.dump_calls(None, [(len, ("abc",), {}), (count, (10, 4), {})], array=True)
+    assert json.loads(text.split("\n")[0])["each"] is True
+    call = tmp_path / "calls.txt"
+    call.write_text(text)
+    argv = [sys.executable, "-c", payload.BOOTSTRAP, str(call), str(tmp_path / "r_%a_%t.txt"),
+            str(tmp_path / "ckpt_%a.txt")]
+    env = _stand_in_scontrol(tmp_path)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(env, SLURM_ARRAY_TASK_ID="0"), timeout=60)
+    assert proc.returncode == 0 and payload.load_outcome((tmp_path / "r_0_0.txt").read_text()).value == 3
+    code, err = _run_until_paused_then_usr1(argv, dict(env, SLURM_ARRAY_JOB_ID="4240", SLURM_ARRAY_TASK_ID="1"))
+    assert code == 75 and (tmp_path / "scontrol.log").read_text() == "requeue 4240_1\n", err
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env=dict(env, SLURM_ARRAY_TASK_ID="1", SLURM_RESTART_COUNT="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert payload.load_outcome((tmp_path / "r_1_0.txt").read_text()).value == {
+        "step": 10, "starts": [0, 4], "restart": "1"}
+    # The array asks for --requeue and USR1 when one of its calls is checkpointable, and is named after the first.
+    ex = AutoExecutor.__new__(AutoExecutor)
+    ex.parameters = {}
+    shape = ex._shape(None, [len, count])[0]
+    assert (shape.name, shape.requeue, shape.signal) == ("len", True, "B:USR1@%d" % CHECKPOINT_SIGNAL_S)
+    assert ex._shape(None, [len, pow])[0].signal is None
+    with pytest.raises(UsageError, match="is not callable"):
+        ex._shape(None, [len, 3])

@@ -1,5 +1,5 @@
-"""``submitit.core``: its ``utils`` and ``core`` modules, as slurmkit's names."""
+"""``submitit.core``: its ``utils``, ``core`` and ``job_environment`` modules, as slurmkit's names."""
 
-from slurmkit.compat.core import core, utils
+from slurmkit.compat.core import core, job_environment, utils
 
-__all__ = ["core", "utils"]
+__all__ = ["core", "job_environment", "utils"]

@@ -1,0 +1,131 @@
+"""Checkpointing beyond the local plain job: a Checkpointable call sent USR1 resumes from its own state and
+returns the right value over SSH (gamma through its login node), as a map_array task, and inside a
+``with executor.batch()`` block (an array whose tasks each carry their own function).
+
+The three are submitted together and signalled together by one module-scoped fixture, so that Slurm's hold
+of a requeued job (the launch credential's life, 30 s on the devclusters) is waited for once, not three
+times; each test then reads its own case.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import slurmkit
+from slurmkit.helpers import Checkpointable
+from slurmkit.site import find_site
+
+from conftest import job_info, slurm
+from harness import wait_until
+from test_api import requeue_hold_s
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = str(ROOT / "site_configs" / "local.yaml")
+# The nodes cannot import this test module: its classes travel with the calls.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.slow
+
+
+class Count(Checkpointable):
+    """Counts to ``total`` keeping its progress in itself; a first run given ``pause`` waits there for USR1."""
+
+    def __init__(self):
+        self.step, self.starts = 0, []
+
+    def __call__(self, total, pause=None):
+        import time
+
+        from slurmkit.helpers import JobEnvironment
+
+        self.starts.append(self.step)
+        while self.step < total:
+            if pause is not None and len(self.starts) == 1 and self.step == pause:
+                print("paused at", self.step, flush=True)
+                while True:          # until USR1: the checkpoint saves this object as it is
+                    time.sleep(0.1)
+            self.step += 1
+        return {"step": self.step, "starts": self.starts, "restarts": os.environ.get("SLURM_RESTART_COUNT"),
+                "job": JobEnvironment().global_job_id}
+
+
+def add(a, b):
+    return a + b
+
+
+def _remote_gamma():
+    """The site with gamma reached only through its login node (its slurm.conf unknown here), alpha locally."""
+    site = find_site(SITE)
+    gamma = site.clusters["gamma"]._replace(slurm_conf=None)
+    return site._replace(clusters=dict(site.clusters, gamma=gamma))
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("checkpoint")
+    local = slurmkit.AutoExecutor(tmp / "local", cluster="alpha", site=SITE)
+    local.update_parameters(timeout_min=5, slurm_partition="cpu")   # Slurm's own USR1 at 3.5 min: after the test
+    remote = slurmkit.AutoExecutor(tmp / "here", cluster="gamma", site=_remote_gamma(), python=sys.executable,
+                                   cluster_folder=str(tmp / "there"))
+    remote.update_parameters(timeout_min=5)
+    try:
+        from slurmkit.session import reach
+
+        assert reach(remote.session.site.cluster("gamma")) == "ssh"
+        jobs = {"ssh": remote.submit(Count(), 20, 7)}
+        jobs["array"] = local.map_array(Count(), [5, 20, 12], [None, 7, None])
+        with local.batch():
+            jobs["batch"] = [local.submit(add, 2, 3), local.submit(Count(), 15, 4)]
+        signalled = [jobs["ssh"], jobs["array"][1], jobs["batch"][1]]
+        for job in signalled:
+            wait_until(lambda: "paused at" in (job.stdout() or ""), 60, what="%s to reach its pause" % job.job_id)
+        for job in signalled:
+            slurm(job.cluster, "scancel", "--signal=USR1", "--batch", job.job_id.split(":")[1])
+        deadline = max(requeue_hold_s("alpha"), requeue_hold_s("gamma")) + 60
+        for job in signalled:
+            job.wait(timeout=deadline)
+        yield jobs
+    finally:
+        local.close()
+        remote.close()
+
+
+def _restarted_once(job, total, pause):
+    cluster, slurm_id = job.job_id.split(":")
+    assert job.result() == {"step": total, "starts": [0, pause], "restarts": "1", "job": job.job_id}
+    info = job_info(cluster, slurm_id)
+    assert info["Restarts"] == "1" and info["JobState"] == "COMPLETED", info
+    return info
+
+
+def test_over_ssh_the_checkpoint_is_written_and_read_on_the_cluster(restarted, tmp_path_factory):
+    job = restarted["ssh"]
+    assert job.job_id.startswith("gamma:")
+    _restarted_once(job, 20, 7)
+    # The saved call stayed in the cluster's folder, beside the call: nothing came through this machine's folder.
+    there = Path(job.paths.cluster_folder)
+    assert (there / (Path(job.paths.submitted_pickle).name.replace("_call", "_checkpoint"))).exists()
+    assert sorted(p.name for p in Path(job.paths.folder).iterdir()) == [job.job_id.replace(":", "_") + ".job.json"]
+
+
+def test_an_array_task_sent_usr1_restarts_alone_from_its_own_checkpoint(restarted):
+    first, signalled, third = restarted["array"]
+    _restarted_once(signalled, 20, 7)
+    for job, total in ((first, 5), (third, 12)):     # the other tasks ran once, to their end
+        assert job.result() == {"step": total, "starts": [0], "restarts": None, "job": job.job_id}
+        assert job_info(job.cluster, job.job_id.split(":")[1])["Restarts"] == "0"
+    token = Path(first.paths.submitted_pickle).name[:-len("_call.txt")]       # the array's files
+    checkpoints = sorted(Path(first.paths.cluster_folder).glob(token + "_*_checkpoint.txt"))
+    assert [p.name for p in checkpoints] == [token + "_1_checkpoint.txt"]
+
+
+def test_a_checkpointable_call_in_a_batch_is_requeued_and_its_neighbour_is_not_disturbed(restarted):
+    plain, counted = restarted["batch"]
+    array = plain.job_id.rsplit("_", 1)[0]
+    assert (plain.job_id, counted.job_id) == (array + "_0", array + "_1")
+    assert plain.result() == 5 and job_info("alpha", plain.job_id.split(":")[1])["Restarts"] == "0"
+    info = _restarted_once(counted, 15, 4)
+    assert info["Requeue"] == "1"                 # the batch's array asked for --requeue: one call is checkpointable
