@@ -115,11 +115,21 @@ def site_show(session, as_json):
               help="Do not run the short probe job per node type (interfaces, RDMA devices, runtimes).")
 @click.option("--probe-wait", type=StrictInt(min=1, max=3600), default=30, show_default=True, metavar="SECONDS",
               help="How long each probe job may wait for a free node before it gives up.")
-def site_init(site, clusters, output, force, no_probe, probe_wait):
+@click.option("--login", metavar="[USER@]HOST[:PORT]", callback=text_value,
+              help="Read a cluster that is in no site file over SSH on this login node (its host key must be in "
+                   "known_hosts; it is never accepted here); the draft keeps it as the cluster's login. "
+                   "--cluster NAME names the cluster (default: Slurm's ClusterName).")
+@click.option("--identity-file", metavar="FILE", callback=text_value, help="With --login: the SSH private key.")
+@click.option("--known-hosts", metavar="FILE", callback=text_value,
+              help="With --login: the known_hosts file the host key is checked against (default: OpenSSH's).")
+@click.option("--proxy-jump", metavar="[USER@]HOST[:PORT]", callback=text_value,
+              help="With --login: the bastion to reach the login node through.")
+def site_init(site, clusters, output, force, no_probe, probe_wait, login, identity_file, known_hosts, proxy_jump):
     """Draft a site file from the live clusters: partitions, GPUs, gres, memory, limits, switches.
 
     Reads what Slurm knows (scontrol show partition, node, topology, config)
-    of each cluster of the site given, or of the local cluster, and what only
+    of each cluster of the site given, of the cluster behind --login, or of
+    the local cluster, and what only
     the nodes know through one short job per node type (the interface that
     carries the node's address, RDMA ports from sysfs, accelerator devices,
     container runtimes), and writes a commented YAML site file that 'site
@@ -130,12 +140,23 @@ def site_init(site, clusters, output, force, no_probe, probe_wait):
     Example:
       slurmkit site init -o ~/.config/slurmkit/sites/mysite.yaml
       slurmkit site init --site mysite --cluster hopper -o hopper.yaml
+      slurmkit site init --login alice@hopper-login.example.org --cluster hopper -o hopper.yaml
     """
-    from slurmkit.discovery.init import init_site
+    from slurmkit.discovery.init import init_site, login_cluster
+    from slurmkit.errors import UsageError
     from slurmkit.site import find_site
 
+    reached = None
+    if login:
+        if site or len(clusters) > 1:
+            raise UsageError("--login reads one cluster that is in no site file: it goes without --site, with at "
+                             "most one --cluster NAME")
+        reached = login_cluster(login, clusters[0] if clusters else None, identity_file, known_hosts, proxy_jump)
+        clusters = ()
+    elif identity_file or known_hosts or proxy_jump:
+        raise UsageError("--identity-file, --known-hosts and --proxy-jump go with --login")
     result = init_site(find_site(site) if site else None, clusters, output, force, probe=not no_probe,
-                       probe_wait=probe_wait)
+                       probe_wait=probe_wait, login=reached)
     warn(result.warnings)
     if output is None:
         click.echo(result.text, nl=False)

@@ -21,9 +21,13 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from slurmkit.discovery import facts as facts_mod
 from slurmkit.discovery import sitefile
-from slurmkit.errors import SlurmCommandError, SlurmkitError, UsageError
+from slurmkit.errors import HostKeyError, SlurmCommandError, SlurmkitError, UsageError
 from slurmkit.site.checkers import check_name
 from slurmkit.site.model import Cluster
+
+
+# The name of a cluster read without a site until Slurm's ClusterName names it.
+UNNAMED = "local"
 
 
 class InitResult(NamedTuple):
@@ -34,14 +38,45 @@ class InitResult(NamedTuple):
     warnings: List[str] = []             # probes that could not run (the draft marks their guesses)
 
 
+def login_cluster(login: str, name: Optional[str] = None, identity_file: Optional[str] = None,
+                  known_hosts: Optional[str] = None, proxy_jump: Optional[str] = None) -> Cluster:
+    """A cluster that is in no site file, reached over SSH at ``login`` ("[user@]host[:port]").
+
+    Its host key must already be known (``known_hosts``, else OpenSSH's files): it is never accepted
+    here.  Paths are made absolute, as the draft's ``login`` keeps them; ``name`` (``--cluster``) names
+    the cluster in the draft, else Slurm's ClusterName does.
+    """
+    from slurmkit.errors import ConfigError
+    from slurmkit.site.model import LoginNode
+    from slurmkit.site.proxy_jump import parse_proxy_jump
+
+    try:
+        where = parse_proxy_jump(login)
+    except ConfigError as exc:
+        # The one parser of [user@]host[:port]; its messages name the site file's key, "proxy_jump ...".
+        raise UsageError("--login" + str(exc)[len("proxy_jump"):]) from None
+    if proxy_jump is not None:
+        parse_proxy_jump(proxy_jump)
+    if name is not None and check_name(name) is not None:
+        raise UsageError("--cluster %r: %s" % (name, check_name(name)))
+
+    def path(value):
+        return os.path.abspath(os.path.expanduser(value)) if value else None
+
+    return Cluster(name=name or UNNAMED, partitions={},
+                   login=LoginNode(host=where.host, port=where.port, user=where.user,
+                                   identity_file=path(identity_file), known_hosts=path(known_hosts),
+                                   proxy_jump=proxy_jump))
+
+
 def targets(site, names: Sequence[str] = ()) -> List[Cluster]:
     """The clusters to read: the site's (all, or ``names`` in the order given), else the local one."""
     if site is None:
         if names:
-            raise UsageError("--cluster needs --site: without a site file only the local cluster "
+            raise UsageError("--cluster needs --site or --login: without either only the local cluster "
                              "(the one $SLURM_CONF names) can be read")
         conf = os.environ.get("SLURM_CONF")
-        return [Cluster(name="local", partitions={}, slurm_conf=os.path.abspath(conf) if conf else None)]
+        return [Cluster(name=UNNAMED, partitions={}, slurm_conf=os.path.abspath(conf) if conf else None)]
     if not names:
         return list(site.clusters.values())
     chosen, seen = [], set()
@@ -62,13 +97,13 @@ def _topology(backend):
         return Topology(())                   # no topology plugin: no switches to plan with
 
 
-def read_cluster(backend, cluster: Cluster) -> facts_mod.ClusterFacts:
-    """One cluster's facts through ``backend`` (five Slurm commands)."""
+def read_cluster(backend, cluster: Cluster, own_name: bool = False) -> facts_mod.ClusterFacts:
+    """One cluster's facts through ``backend`` (five Slurm commands); ``own_name``: named by its ClusterName."""
     version = backend.version()
     config = backend.config()
     name = cluster.name
-    if name == "local" and not cluster.login:
-        # The local cluster is named as Slurm names it (what sacct and squeue -M call it).
+    if own_name:
+        # A cluster read without a site is named as Slurm names it (what sacct and squeue -M call it).
         own = (config.get("ClusterName") or "").strip()
         name = own if own and check_name(own) is None else "local"
     return facts_mod.cluster_facts(name, version, config, backend.partitions(), backend.nodes(),
@@ -148,7 +183,7 @@ def probe_drafts(facts: facts_mod.ClusterFacts, found: Probes):
 
 
 def read_live(cluster: Cluster, backend_factory=None, probe: bool = True, probe_wait: int = 30,
-              several: bool = False):
+              several: bool = False, own_name: bool = False):
     """One cluster as it is now: (facts, :class:`Probes` or None without ``probe``).
 
     The one way ``site init`` and ``site check --live`` reach a cluster: ``backend_factory`` (tests)
@@ -164,11 +199,15 @@ def read_live(cluster: Cluster, backend_factory=None, probe: bool = True, probe_
 
     try:
         backend = backend_factory(cluster)
+    except HostKeyError:
+        raise                                 # it answered, with a key that is not trusted: said as it is
     except SlurmkitError as exc:
         raise SlurmkitError("cluster %s did not answer: %s" % (cluster.name, exc)) from exc
     try:
         try:
-            facts = read_cluster(backend, cluster)
+            facts = read_cluster(backend, cluster, own_name)
+        except HostKeyError:
+            raise
         except SlurmkitError as exc:
             hint = "; leave it out with --cluster NAME for each of the others" if several else ""
             raise SlurmkitError("cluster %s did not answer: %s%s" % (cluster.name, exc, hint)) from exc
@@ -219,20 +258,39 @@ def _write(output: str, text: str, force: bool) -> None:
         fh.write(text)
 
 
+def _untrusted(exc: HostKeyError, cluster: Cluster) -> HostKeyError:
+    """The refusal of a ``--login`` host's key, saying how to trust it without a site (no ``site trust``)."""
+    login = cluster.login
+    where = login.known_hosts or "~/.ssh/known_hosts"
+    how = "add its key to %s (`ssh-keyscan -p %d %s >> %s`) and run site init again" % (
+        where, login.port, login.host, where)
+    text = str(exc).replace("run `slurmkit site trust %s`" % cluster.name, how)
+    return HostKeyError(text.replace(" (cluster %s)" % UNNAMED, "") if cluster.name == UNNAMED else text)
+
+
 def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None, force: bool = False,
               backend_factory: Optional[Callable[[Cluster], object]] = None, clock=time, probe: bool = True,
-              probe_wait: int = 30) -> InitResult:
+              probe_wait: int = 30, login: Optional[Cluster] = None) -> InitResult:
     """Draft the site file (see the module docstring); write it to ``output`` when given.
 
     ``backend_factory`` (tests) makes a cluster's backend; by default each is
     reached as :func:`slurmkit.session.make_backend` decides.  A cluster that
-    does not answer stops the whole draft, naming the cluster.
+    does not answer stops the whole draft, naming the cluster.  ``login``
+    (:func:`login_cluster`) is a cluster in no site file, reached over SSH; it
+    goes without ``site``, and the draft keeps its ``login``.
     """
+    if login is not None and (site is not None or names):
+        raise UsageError("--login reads a cluster that is in no site file; it goes without --site (a site's "
+                         "clusters are reached through their own login entries)")
     _refuse_existing(output, force)
-    clusters = targets(site, names)
+    clusters = [login] if login is not None else targets(site, names)
     drafts, warnings = [], []
     for cluster in clusters:
-        facts, found = read_live(cluster, backend_factory, probe, probe_wait, several=len(clusters) > 1)
+        try:
+            facts, found = read_live(cluster, backend_factory, probe, probe_wait, several=len(clusters) > 1,
+                                     own_name=site is None and cluster.name == UNNAMED)
+        except HostKeyError as exc:
+            raise (_untrusted(exc, cluster) if login is not None else exc) from None
         fabrics, notes = probe_drafts(facts, found) if found is not None else ({}, ())
         if found is not None:
             warnings.extend(found.warnings)

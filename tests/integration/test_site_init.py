@@ -134,6 +134,31 @@ def test_gamma_over_ssh_drafts_what_it_drafts_locally(devcluster, tmp_path):
     # Only the first line (when it was written) may differ.
     assert local.stdout.splitlines()[1:] == remote.stdout.splitlines()[1:]
     assert "ascend910b" in remote.stdout
+    # The same cluster as if in no site file: --login with the key and known_hosts local.yaml uses.
+    gamma = devcluster["gamma"]
+    alone = slurmkit(tmp_path, "site", "init", "--login", "%s:%d" % (gamma.login, gamma.login_port),
+                     "--identity-file", gamma.identity, "--known-hosts", gamma.known_hosts)
+    assert alone.returncode == 0, alone.stderr
+    # The same draft but for what only the site knew: its name (now Slurm's ClusterName) and gamma's
+    # slurm_conf on this machine (a cluster reached at its login node has none here).
+    site_route = [ln for ln in remote.stdout.splitlines()[1:] if not ln.startswith("    slurm_conf: ")]
+    assert alone.stdout.splitlines()[1:] == [ln.replace('site: "local"', 'site: "gamma"') for ln in site_route]
+    assert '\n    login:\n      host: "%s"\n      port: %d\n      user: "root"\n' % (
+        gamma.login_host, gamma.login_port) in alone.stdout
+
+
+def test_login_refuses_a_host_key_it_does_not_know_and_keeps_known_hosts_as_it_was(devcluster, tmp_path):
+    gamma = devcluster["gamma"]
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    proc = slurmkit(tmp_path, "site", "init", "--login", "%s:%d" % (gamma.login, gamma.login_port),
+                    "--identity-file", gamma.identity, "--known-hosts", known, "--no-probe")
+    assert proc.returncode == 1
+    line = one_error_line(proc.stderr)
+    assert line.startswith("Error: host key of %s:%d is unknown: ssh-" % (gamma.login_host, gamma.login_port))
+    assert line.endswith("add its key to %s (`ssh-keyscan -p %d %s >> %s`) and run site init again"
+                         % (known, gamma.login_port, gamma.login_host, known)), line
+    assert known.read_text() == ""
 
 
 def test_an_existing_file_is_kept_without_force(devcluster, tmp_path):

@@ -5,6 +5,8 @@ the real clusters' drafts are compared with local.yaml in
 tests/integration/test_site_init.py.
 """
 
+from pathlib import Path
+
 import pytest
 
 from slurmkit.discovery import facts, init, nodeprobe, sitefile
@@ -12,6 +14,8 @@ from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.site import load_site
 from slurmkit.slurm import parsers
 from slurmkit.testing import FakeSlurm
+
+LOCAL_SITE = Path(__file__).resolve().parents[2] / "site_configs" / "local.yaml"
 
 
 def node(name, partitions="gpu", gres="gpu:h100:8", cpus=64, memory=512000, features="(null)", addr=None):
@@ -167,6 +171,36 @@ def test_a_cluster_that_does_not_answer_stops_the_draft_naming_it(tmp_path):
 def test_cluster_names_need_a_site():
     with pytest.raises(UsageError, match="--cluster needs --site"):
         init.targets(None, ["alpha"])
+
+
+def test_a_login_node_in_no_site_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = init.login_cluster("alice@login.example.org:2200", identity_file="keys/id", known_hosts="kh")
+    assert got.name == init.UNNAMED and got.slurm_conf is None
+    assert got.login == got.login._replace(host="login.example.org", port=2200, user="alice",
+                                           identity_file=str(tmp_path / "keys" / "id"),
+                                           known_hosts=str(tmp_path / "kh"), proxy_jump=None)
+    assert init.login_cluster("login1", name="hopper").login[:3] == ("login1", 22, None)
+    assert init.login_cluster("login1", name="hopper").name == "hopper"
+    with pytest.raises(UsageError, match=r"^--login 'alice@:22' has no valid host; write it as user@host:port$"):
+        init.login_cluster("alice@:22")
+    with pytest.raises(UsageError, match="--login 'a:99999' has an invalid port"):
+        init.login_cluster("a:99999")
+    with pytest.raises(UsageError, match="--cluster 'bad name'"):
+        init.login_cluster("login1", name="bad name")
+    with pytest.raises(UsageError, match="--login reads a cluster that is in no site file"):
+        init.init_site(load_site(str(LOCAL_SITE)), login=got)
+
+
+def test_the_login_options_on_the_command_line(capsys):
+    from harness import run_main
+
+    code, _, err = run_main(capsys, "site", "init", "--known-hosts", "kh")
+    assert code == 2 and err == "Error: --identity-file, --known-hosts and --proxy-jump go with --login\n"
+    code, _, err = run_main(capsys, "site", "init", "--login", "h", "-M", "a", "-M", "b")
+    assert code == 2 and err.startswith("Error: --login reads one cluster that is in no site file")
+    code, _, err = run_main(capsys, "site", "init", "--login", "root@")
+    assert code == 2 and err == "Error: --login 'root@' has no valid host; write it as user@host:port\n"
 
 
 # ----------------------------------------------------------------------------- the node probe
