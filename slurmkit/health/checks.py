@@ -314,7 +314,8 @@ def infiniband(reading: Optional[dict], plan, previous: dict, reading_error: Opt
     ports = reading["ports"]
     rates = [p["rate_gbps"] for p in ports.values() if p.get("exists") and p.get("rate_gbps")]
     expected_rate = plan.checks.ib_rate_gbps or (max(rates) if rates else None)
-    for spec in plan.ib_ports:
+    # The ports read: the plan's, with a prefix ("mlx5*") replaced by the ports it matched.
+    for spec in ports if ports else plan.ib_ports:
         port = ports.get(spec) or {"exists": False}
         if not port.get("exists"):
             if on("ib_port"):

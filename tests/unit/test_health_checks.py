@@ -268,6 +268,25 @@ def test_error_counters_growing_between_checks(tmp_path):
 def test_expected_ports_come_from_the_fabric():
     fabric = Fabric(type="infiniband", hcas=("=mlx5_0:1", "mlx5_1", "^mlx5_9"))
     assert infiniband.expected_ports(None, fabric) == ("mlx5_0:1", "mlx5_1:1")
+
+
+def test_hcas_without_equals_are_prefixes_as_nccl_reads_them(tmp_path):
+    """NCCL_IB_HCA=mlx5 uses every mlx5* device: each is checked, and none found is a missing HCA
+    (before, "mlx5" was taken for a device of that name and every such node failed)."""
+    fabric = Fabric(type="infiniband", hcas=("mlx5", "ib:2"))
+    assert infiniband.expected_ports(None, fabric) == ("mlx5*", "ib*:2")
+    write_ib_port(tmp_path, "mlx5_0")
+    write_ib_port(tmp_path, "mlx5_1", state="1: DOWN", phys_state="3: Disabled")
+    write_ib_port(tmp_path, "ibp0", port=1)
+    plan = ib_plan(("mlx5*", "ib*:2"), root=str(tmp_path))
+    results = by_name(checks.infiniband(infiniband.read_ports(str(tmp_path), plan.ib_ports), plan, {})[0])
+    assert results["ib_port:mlx5_0:1"].status == OK
+    assert results["ib_port:mlx5_1:1"].message.startswith("mlx5_1:1 is DOWN/Disabled, expected ACTIVE/LinkUp")
+    assert results["ib_port:ib*:2"].message == "ib*:2 missing: HCA has no port 2; " + IB_FIX
+    none = ib_plan(("mlx4*",), root=str(tmp_path))
+    results = by_name(checks.infiniband(infiniband.read_ports(str(tmp_path), none.ib_ports), none, {})[0])
+    assert results["ib_port:mlx4*"].message == "mlx4* missing: no HCA mlx4*; " + IB_FIX
+    assert infiniband.list_ports(str(tmp_path)) == ("ibp0:1", "mlx5_0:1", "mlx5_1:1")
     assert infiniband.expected_ports(("mlx5_4:2",), fabric) == ("mlx5_4:2",)
     assert infiniband.expected_ports(None, Fabric(type="ethernet")) == ()
 

@@ -39,14 +39,39 @@ def parse_port_spec(spec: str) -> Tuple[str, int]:
 
 
 def expected_ports(explicit: Optional[Iterable[str]], fabric) -> Tuple[str, ...]:
-    """The ports to check: the partition's ``health.ib_ports``, else its fabric's HCAs (infiniband, roce)."""
+    """The ports to check: the partition's ``health.ib_ports``, else its fabric's HCAs (infiniband, roce).
+
+    Each is "hca:port", or, for a fabric whose HCA list NCCL reads as prefixes (no '=' on any entry),
+    "prefix*" / "prefix*:port": every port :func:`hca_matches` finds for it, as NCCL would use them.
+    """
     if explicit is not None:
-        specs = list(explicit)
-    elif fabric is not None and fabric.type in ("infiniband", "roce"):
-        specs = [h for h in fabric.hcas if not h.startswith("^")]   # "^..." excludes, names nothing
-    else:
-        specs = []
-    return tuple("%s:%d" % parse_port_spec(s) for s in specs)
+        return tuple("%s:%d" % parse_port_spec(s) for s in explicit)
+    if fabric is None or fabric.type not in ("infiniband", "roce"):
+        return ()
+    specs = [h for h in fabric.hcas if not h.startswith("^")]   # "^..." excludes, names nothing
+    if any(h.startswith("=") for h in fabric.hcas):
+        return tuple("%s:%d" % parse_port_spec(s) for s in specs)
+    out = []
+    for spec in specs:
+        name, _, port = spec.partition(":")
+        out.append(name + "*" + (":" + port if port else ""))
+    return tuple(out)
+
+
+def list_ports(root: str) -> Tuple[str, ...]:
+    """Every "hca:port" under ``root``, in order."""
+    found = []
+    try:
+        hcas = sorted(os.listdir(root))
+    except OSError:
+        return ()
+    for hca in hcas:
+        try:
+            numbers = os.listdir(os.path.join(root, hca, "ports"))
+        except OSError:
+            continue
+        found.extend("%s:%s" % (hca, n) for n in sorted(numbers, key=lambda n: (len(n), n)))
+    return tuple(found)
 
 
 def _read(path: str) -> Optional[str]:
@@ -91,9 +116,21 @@ def state_name(text: Optional[str]):
 
 
 def read_ports(root: str, ports: Iterable[str]) -> dict:
-    """{"root_exists": bool, "ports": {"hca:port": {...}}} for the expected ports."""
+    """{"root_exists": bool, "ports": {"hca:port": {...}}} for the expected ports (a "prefix*" spec: those
+    it matches, or the spec itself, missing, when none does)."""
     out = {"root_exists": os.path.isdir(root), "ports": {}}
     for spec in ports:
+        if "*" in spec:
+            # A prefix: the ports NCCL would take for it, each read as its own; none is a missing HCA.
+            wanted = spec.replace("*", "")
+            matched = [p for p in list_ports(root) if hca_matches(wanted, False, p)]
+            if not matched:
+                # "HCA has no port N" when devices of the prefix exist with other ports, else "no HCA".
+                hca, _, port = wanted.partition(":")
+                out["ports"][spec] = {"exists": False, "hca_exists": bool(port) and any(
+                    p.startswith(hca) for p in list_ports(root))}
+            out["ports"].update(read_ports(root, matched)["ports"])
+            continue
         hca, port = parse_port_spec(spec)
         base = os.path.join(root, hca, "ports", str(port))
         if not os.path.isdir(base):
