@@ -9,7 +9,9 @@ a job rendered from the draft equals the same job rendered from local.yaml
 except where the test says why.
 
 Nothing here changes a cluster: init only reads (scontrol show ...), and
-the drift for the bad-input tests lives in temporary site files.
+the drift for the bad-input tests lives in temporary site files.  One test
+holds gamma's two nodes with a job of its own for a few seconds, so that a
+probe job cannot start.
 """
 
 import difflib
@@ -17,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -159,6 +162,33 @@ def test_login_refuses_a_host_key_it_does_not_know_and_keeps_known_hosts_as_it_w
     assert line.endswith("add its key to %s (`ssh-keyscan -p %d %s >> %s`) and run site init again"
                          % (known, gamma.login_port, gamma.login_host, known)), line
     assert known.read_text() == ""
+
+
+def test_a_probe_that_never_starts_is_bounded_names_the_partition_and_marks_the_guess(devcluster, tmp_path):
+    """gamma's npu nodes all held by one exclusive job of the test: the probe gives up after --probe-wait."""
+    from conftest import sbatch, slurm, wait_job_state
+
+    hold = sbatch("gamma", "--exclusive", "-N2", "-p", "npu", "-t", "1", "-J", "sk-hold-probe", "--wrap", "sleep 60")
+    try:
+        try:
+            wait_job_state("gamma", hold, {"RUNNING"}, timeout=10, interval=0.2)
+        except AssertionError:
+            pytest.skip("gamma's nodes are busy with other jobs: the test cannot hold them all")
+        started = time.monotonic()
+        proc = slurmkit(tmp_path, "site", "init", "--site", LOCAL_SITE, "--cluster", "gamma", "--probe-wait", "2")
+        took = time.monotonic() - started
+    finally:
+        slurm("gamma", "scancel", hold)
+    assert proc.returncode == 0, proc.stderr
+    assert took < 15, took
+    assert proc.stderr.startswith("Warning: cluster gamma: the probe job in partition npu did not start within 2 s (")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    guess = [ln.strip() for ln in proc.stdout.splitlines() if "guess: the probe did not run" in ln]
+    assert len(guess) == 1 and "partition npu did not start within 2 s" in guess[0], proc.stdout
+    assert "written as ethernet without an interface" in guess[0]
+    draft = tmp_path / "held.yaml"
+    draft.write_text(proc.stdout)
+    assert load_site(str(draft)).clusters["gamma"].partitions["npu"].fabric.type == "ethernet"
 
 
 def test_an_existing_file_is_kept_without_force(devcluster, tmp_path):
