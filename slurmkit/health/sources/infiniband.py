@@ -74,7 +74,8 @@ def list_ports(root: str) -> Tuple[str, ...]:
     return tuple(found)
 
 
-def _read(path: str) -> Optional[str]:
+def read_attribute(path: str) -> Optional[str]:
+    """One sysfs attribute's text, stripped; None when it cannot be read (the interfaces source's too)."""
     try:
         with open(path) as fh:
             return fh.read().strip()
@@ -136,17 +137,17 @@ def read_ports(root: str, ports: Iterable[str]) -> dict:
         if not os.path.isdir(base):
             out["ports"][spec] = {"exists": False, "hca_exists": os.path.isdir(os.path.join(root, hca))}
             continue
-        state_code, state = state_name(_read(os.path.join(base, "state")))
-        phys_code, phys = state_name(_read(os.path.join(base, "phys_state")))
-        rate_text = _read(os.path.join(base, "rate")) or ""
+        state_code, state = state_name(read_attribute(os.path.join(base, "state")))
+        phys_code, phys = state_name(read_attribute(os.path.join(base, "phys_state")))
+        rate_text = read_attribute(os.path.join(base, "rate")) or ""
         rate = _RATE_RE.match(rate_text)
         counters = {}
         for name in COUNTERS:
-            value = _read(os.path.join(base, "counters", name))
+            value = read_attribute(os.path.join(base, "counters", name))
             if value is not None and value.isdigit():
                 counters[name] = int(value)
         out["ports"][spec] = {"exists": True, "state": state, "state_code": state_code, "phys_state": phys,
                               "phys_code": phys_code, "rate_gbps": float(rate.group(1)) if rate else None,
-                              "rate_text": rate_text, "link_layer": _read(os.path.join(base, "link_layer")),
+                              "rate_text": rate_text, "link_layer": read_attribute(os.path.join(base, "link_layer")),
                               "counters": counters}
     return out

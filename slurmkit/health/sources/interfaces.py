@@ -17,6 +17,8 @@ checking process, without a child.
 import os
 from typing import Dict, Optional, Sequence
 
+from slurmkit.health.sources.infiniband import read_attribute
+
 IFF_UP = 0x1
 NET_SYSFS = "/sys/class/net"
 # operstate values of an interface that carries traffic: "unknown" is what the loopback and many virtual
@@ -50,14 +52,6 @@ def ifname_matches(spec: str, names: Sequence[str]) -> Optional[bool]:
     return any((i == n if exact else i.startswith(n)) for n in wanted for i in names)
 
 
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def read_interfaces(root: str = NET_SYSFS) -> dict:
     """{"root_exists": bool, "interfaces": {name: {"up": bool, "operstate": str}}} for every interface."""
     try:
@@ -67,7 +61,8 @@ def read_interfaces(root: str = NET_SYSFS) -> dict:
     found: Dict[str, dict] = {}
     for name in names:
         base = os.path.join(root, name)
-        flags, operstate = _read(os.path.join(base, "flags")), _read(os.path.join(base, "operstate"))
+        flags = read_attribute(os.path.join(base, "flags"))
+        operstate = read_attribute(os.path.join(base, "operstate"))
         if flags is None and operstate is None:
             continue                      # not an interface (a stray file under the root)
         found[name] = {"up": interface_up(flags, operstate), "operstate": operstate or "?"}
