@@ -159,12 +159,17 @@ def _fabric(cluster: str, name: str, part, live: PartitionFacts, probes) -> List
     if fabric.socket_ifname:
         interfaces = sorted({i for p in probed for i in p.interfaces})
         if ifname_matches(fabric.socket_ifname, interfaces) is False:
-            routed = sorted({p.route_iface for p in probed if p.route_iface})
-            fix = ("set socket_ifname: %s (the interface that carries the nodes' addresses)" % routed[0] if routed
-                   else "set it to one of: %s" % (", ".join(printable(i) for i in interfaces) or "none found"))
+            routed = sorted({p.route_iface for p in probed if p.route_iface and p.route_iface in p.interfaces})
+            down = sorted({p.route_iface for p in probed if p.route_iface and p.route_iface not in p.interfaces})
+            if routed:
+                fix = "set socket_ifname: %s (the interface that carries the nodes' addresses)" % routed[0]
+            elif down:
+                fix = "bring %s up on the nodes (it carries their addresses; its link is down)" % printable(down[0])
+            else:
+                fix = "set it to one of: %s" % (", ".join(printable(i) for i in interfaces) or "none found")
             out.append(Finding(cluster, name, "partitions.%s.fabric.socket_ifname" % name, FAIL,
-                               "%s is not an interface of the probed nodes (%s): NCCL and Gloo find no socket "
-                               "and jobs fail; %s" % (printable(fabric.socket_ifname), nodes, fix)))
+                               "%s names no interface that is up on the probed nodes (%s): NCCL and Gloo find no "
+                               "socket and jobs fail; %s" % (printable(fabric.socket_ifname), nodes, fix)))
     if fabric.type in ("infiniband", "roce"):
         exact = any(h.startswith("=") for h in fabric.hcas)
         ports = [port for p in probed for port in p.rdma]

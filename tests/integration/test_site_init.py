@@ -333,8 +333,8 @@ def test_check_live_names_a_socket_interface_the_nodes_do_not_have(devcluster, t
     assert proc.returncode == 1, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("fail: ")]
     assert len(lines) == 1
-    assert re.fullmatch(r"fail: clusters\.alpha\.partitions\.gpu\.fabric\.socket_ifname: ib9 is not an interface of "
-                        r"the probed nodes \(an\d\): NCCL and Gloo find no socket and jobs fail; set socket_ifname: lo "
+    assert re.fullmatch(r"fail: clusters\.alpha\.partitions\.gpu\.fabric\.socket_ifname: ib9 names no interface that "
+                        r"is up on the probed nodes \(an\d\): NCCL and Gloo find no socket and jobs fail; set socket_ifname: lo "
                         r"\(the interface that carries the nodes' addresses\)", lines[0]), lines[0]
     assert proc.stdout.splitlines()[-1] == "alpha: 2 findings, 1 that make jobs fail or run slower"
 

@@ -130,6 +130,12 @@ def test_a_socket_interface_the_nodes_do_not_have_fails_with_the_routed_one(tmp_
     assert found[0].message.endswith("set socket_ifname: ens1f0 (the interface that carries the nodes' addresses)")
     # A prefix and an exclusion are NCCL's too: "ens" names ens1f0, "^docker" names nothing that must exist.
     assert findings(tmp_path, text=SITE.replace("socket_ifname: ens1f0", "socket_ifname: ens")) == []
+    # an interface the nodes have but whose link is down carries nothing either (sysfs, as health reads it)
+    down = PROBED.replace("iface ens1f0|0x1003|up", "iface ens1f0|0x1003|down")
+    found = findings(tmp_path, probe_text=down)
+    assert keyed(found) == [("fail", "partitions.gpu.fabric.socket_ifname")]
+    assert found[0].message.startswith("ens1f0 names no interface that is up on the probed nodes (g1)")
+    assert found[0].message.endswith("bring ens1f0 up on the nodes (it carries their addresses; its link is down)")
     assert findings(tmp_path, text=SITE.replace("socket_ifname: ens1f0", 'socket_ifname: "^docker"')) == []
 
 
