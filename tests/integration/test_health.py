@@ -203,16 +203,18 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
 
 def test_a_node_whose_socket_interface_is_gone_is_drained_naming_it(devcluster, tmp_path, beta):
     """The partition's fabric.socket_ifname against the node's real /sys/class/net (beta's slurmds run on
-    this machine): a name no interface has fails the check and --slurm drains the node with it."""
+    this machine): a name no interface has fails the check, with the fix, and a sweep drains the node
+    naming it (the plan carries socket_ifname to the node over SSH)."""
     site = write_site(tmp_path, devcluster, socket_ifname="=slurmkit-gone0")
-    proc = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn2", "--slurm", "--json",
-                    tmp_path=tmp_path)
+    proc = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn2", "--json", tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["failing"] == ["socket_ifname:slurmkit-gone0"]
     [result] = [r for r in report["results"] if r["name"] == "socket_ifname:slurmkit-gone0"]
     assert result["message"].startswith("no interface slurmkit-gone0 on the node: NCCL and Gloo find no socket")
     assert "set the partition's fabric.socket_ifname" in result["message"] and "lo" in result["message"]
+    code, rows = sweep(site, tmp_path, "--cluster", "beta", "--node", "bn2", "--drain")
+    assert code == 1 and rows["bn2"]["action"] == "drained (slurmkit: socket_ifname:slurmkit-gone0)", rows
     info = node_state("beta", "bn2", devcluster)
     assert "DRAIN" in info.state and info.reason == "slurmkit: socket_ifname:slurmkit-gone0"
     # the loopback is up on every node here: the same check passes
