@@ -32,9 +32,10 @@ def node_state(cluster, node, devcluster):
 
 
 def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, relays=False, runtime=None,
-               socket_ifname=None):
+               fabric=None, ib_sysfs=None):
     """A site of the three local clusters whose health checks only the test can fail (and, with
-    ``runtime``, the partitions' container runtime; with ``socket_ifname``, their fabric's socket interface)."""
+    ``runtime``, the partitions' container runtime; with ``fabric``, their fabric as YAML, its RDMA devices
+    read from ``ib_sysfs``)."""
     raw = devcluster.raw
     lines = ["site: health-test",
              "health:",
@@ -66,13 +67,15 @@ def write_site(tmp_path, devcluster, cap="100%", resume_after=2, fanout=16, rela
                       "        memory_mb: %d" % c["memory_mb_per_node"]]
             if runtime:
                 lines += ["        containers: {runtime: %s}" % runtime]
-            if socket_ifname:
-                lines += ["        fabric: {type: ethernet, socket_ifname: %s}" % json.dumps(socket_ifname)]
+            if fabric:
+                lines += ["        fabric: %s" % fabric]
             lines += ["        health:",
                       # no NVML on this machine; load and D state belong to whatever else runs here
                       "          skip: %s" % ("[load, dstate]" if ascend else "[gpu, load, dstate]"),
-                      "          device_dir: %s" % json.dumps(gres["device_dir"]),
-                      "          mounts:",
+                      "          device_dir: %s" % json.dumps(gres["device_dir"])]
+            if ib_sysfs:
+                lines += ["          ib_sysfs: %s" % json.dumps(str(ib_sysfs))]
+            lines += ["          mounts:",
                       "            - {path: %s, writable: true}" % json.dumps(str(tmp_path / "scratch" / "%n")),
                       "            - {path: %s}" % json.dumps(str(tmp_path / "scratch2" / "%n"))]
     path = tmp_path / "site.yaml"
@@ -103,7 +106,7 @@ def beta(devcluster, tmp_path):
 
     def ours(info):
         return info.reason.startswith(("slurmkit: mount:%s" % tmp_path, "slurmkit: container_runtime",
-                                       "slurmkit: socket_ifname:slurmkit-gone0", token))
+                                       "slurmkit: ib_port:mlx5_0:1", token))
 
     busy = [n for n in names if node_state("beta", n, devcluster).reason]
     if busy:
@@ -201,26 +204,38 @@ def test_drain_names_every_failing_check_and_resume_after_n_clean_checks(devclus
     assert "DRAIN" not in info.state and info.reason == ""
 
 
-def test_a_node_whose_socket_interface_is_gone_is_drained_naming_it(devcluster, tmp_path, beta):
-    """The partition's fabric.socket_ifname against the node's real /sys/class/net (beta's slurmds run on
-    this machine): a name no interface has fails the check, with the fix, and a sweep drains the node
-    naming it (the plan carries socket_ifname to the node over SSH)."""
-    site = write_site(tmp_path, devcluster, socket_ifname="=slurmkit-gone0")
+def test_a_node_whose_hca_or_socket_interface_is_gone_is_drained_naming_them(devcluster, tmp_path, beta):
+    """The partition's fabric against the node: its HCA in a fake sysfs (named as one: this machine has no
+    HCA), its socket_ifname against the node's real /sys/class/net (beta's slurmds run on this machine).
+    Both present, the check passes; the HCA gone and a name no interface has, it fails with the fixes,
+    and a sweep drains the node naming both (the plan carries them to the node over SSH)."""
+    from slurmkit.health.sources.fakes import write_ib_port
+
+    fake_sysfs = tmp_path / "fake-sys-class-infiniband"
+    write_ib_port(fake_sysfs, "mlx5_0")
+    fabric = '{type: infiniband, hcas: ["=mlx5_0:1"], socket_ifname: "%s"}'
+    good = write_site(tmp_path, devcluster, fabric=fabric % "=lo", ib_sysfs=fake_sysfs)
+    proc = slurmkit("health", "check", "--site", good, "-M", "beta", "--node", "bn1", "--json", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    names = {r["name"]: r["status"] for r in json.loads(proc.stdout)["results"]}
+    assert names["ib_port:mlx5_0:1"] == names["socket_ifname:lo"] == "ok"
+    shutil.rmtree(str(fake_sysfs / "mlx5_0"))                 # the HCA disappeared
+    site = write_site(tmp_path, devcluster, fabric=fabric % "=slurmkit-gone0", ib_sysfs=fake_sysfs)
     proc = slurmkit("health", "check", "--site", site, "-M", "beta", "--node", "bn2", "--json", tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
-    assert report["failing"] == ["socket_ifname:slurmkit-gone0"]
-    [result] = [r for r in report["results"] if r["name"] == "socket_ifname:slurmkit-gone0"]
-    assert result["message"].startswith("no interface slurmkit-gone0 on the node: NCCL and Gloo find no socket")
-    assert "set the partition's fabric.socket_ifname" in result["message"] and "lo" in result["message"]
+    assert report["failing"] == ["ib_port:mlx5_0:1", "socket_ifname:slurmkit-gone0"]
+    messages = {r["name"]: r["message"] for r in report["results"]}
+    assert messages["ib_port:mlx5_0:1"].startswith("mlx5_0:1 missing: no HCA mlx5_0; jobs here would fall back to "
+                                                   "sockets: reseat or replace the HCA")
+    assert messages["socket_ifname:slurmkit-gone0"].startswith(
+        "no interface slurmkit-gone0 on the node: NCCL and Gloo find no socket")
+    assert "set the partition's fabric.socket_ifname" in messages["socket_ifname:slurmkit-gone0"]
     code, rows = sweep(site, tmp_path, "--cluster", "beta", "--node", "bn2", "--drain")
-    assert code == 1 and rows["bn2"]["action"] == "drained (slurmkit: socket_ifname:slurmkit-gone0)", rows
+    expected = "slurmkit: ib_port:mlx5_0:1, socket_ifname:slurmkit-gone0"
+    assert code == 1 and rows["bn2"]["action"] == "drained (%s)" % expected, rows
     info = node_state("beta", "bn2", devcluster)
-    assert "DRAIN" in info.state and info.reason == "slurmkit: socket_ifname:slurmkit-gone0"
-    # the loopback is up on every node here: the same check passes
-    good = write_site(tmp_path, devcluster, socket_ifname="=lo")
-    proc = slurmkit("health", "check", "--site", good, "-M", "beta", "--node", "bn1", "--json", tmp_path=tmp_path)
-    assert proc.returncode == 0 and "socket_ifname:lo" not in json.loads(proc.stdout)["failing"], proc.stdout
+    assert "DRAIN" in info.state and info.reason == expected
 
 
 @needs_ch_run
