@@ -282,6 +282,10 @@ def init_site(site=None, names: Sequence[str] = (), output: Optional[str] = None
     if login is not None and (site is not None or names):
         raise UsageError("--login reads a cluster that is in no site file; it goes without --site (a site's "
                          "clusters are reached through their own login entries)")
+    if login is not None and os.environ.get("SLURMKIT_VIA", "").strip().lower() == "local":
+        # Forced local, the draft would describe this machine's cluster under the login given.
+        raise UsageError("--login reads the cluster over SSH, but SLURMKIT_VIA=local forces local commands; "
+                         "unset SLURMKIT_VIA")
     _refuse_existing(output, force)
     clusters = [login] if login is not None else targets(site, names)
     drafts, warnings = [], []

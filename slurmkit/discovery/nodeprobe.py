@@ -183,7 +183,11 @@ def fabric_draft(probe: NodeProbe, accelerator: str = "nvidia"):
 
     where = "probed on node %s" % _word(probe.node) if _word(probe.node) else "probed on one node"
     comments = []
-    if probe.route_iface:
+    if probe.route_iface and probe.route_iface not in probe.interfaces:
+        comments.append("guess: %s: its address %s is routed through %s, which is not up (sysfs): bring it up, or "
+                        "set socket_ifname to an interface that is (up: %s)"
+                        % (where, probe.addr or "?", probe.route_iface, ", ".join(probe.interfaces) or "none"))
+    elif probe.route_iface:
         comments.append("%s: its address %s is routed through %s" % (where, probe.addr or "?", probe.route_iface))
     else:
         comments.append("guess: %s, no interface found for its address %s: socket_ifname left out"

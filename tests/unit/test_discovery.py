@@ -190,6 +190,9 @@ def test_a_login_node_in_no_site_file(tmp_path, monkeypatch):
         init.login_cluster("login1", name="bad name")
     with pytest.raises(UsageError, match="--login reads a cluster that is in no site file"):
         init.init_site(load_site(str(LOCAL_SITE)), login=got)
+    monkeypatch.setenv("SLURMKIT_VIA", "local")
+    with pytest.raises(UsageError, match="SLURMKIT_VIA=local forces local commands; unset SLURMKIT_VIA"):
+        init.init_site(login=got)
 
 
 def test_the_login_options_on_the_command_line(capsys):
@@ -245,6 +248,13 @@ def test_active_infiniband_ports_are_the_hcas_and_the_routed_interface_the_socke
     assert (fabric.type, fabric.hcas, fabric.socket_ifname, fabric.gid_index) == \
         ("infiniband", ("=mlx5_0:1",), "ens1f0", None)
     assert "RDMA ports not active, left out: mlx5_1:1 (DOWN)" in fabric.comments
+
+
+def test_a_routed_interface_that_is_down_is_a_marked_guess():
+    fabric = nodeprobe.fabric_draft(nodeprobe.parse_probe(PROBED.replace("ens1f0|0x1003|up", "ens1f0|0x1003|down")))
+    assert fabric.socket_ifname == "ens1f0"
+    assert "guess: probed on node g1: its address g1.cluster is routed through ens1f0, which is not up (sysfs): " \
+           "bring it up, or set socket_ifname to an interface that is (up: lo, vlan5)" in fabric.comments
 
 
 def test_ethernet_link_layer_ports_are_roce_with_a_marked_gid_guess():
