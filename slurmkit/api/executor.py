@@ -42,11 +42,13 @@ _SUBMITIT_OTHER = ("local", "debug")
 
 
 def open_session(site=None):
-    """A Session of ``site`` (a Site, a name or a path; default ``$SLURMKIT_SITE``)."""
+    """A Session of ``site`` (a Session, used as it is; a Site, a name or a path; default ``$SLURMKIT_SITE``)."""
     from slurmkit.session import Session
     from slurmkit.site import find_site
     from slurmkit.site.model import Site
 
+    if isinstance(site, Session):
+        return site
     if isinstance(site, Site):
         return Session(site)
     name = site if site is not None else os.environ.get("SLURMKIT_SITE")
@@ -264,6 +266,11 @@ class Executor:
         from slurmkit.api import payload
 
         shape, partition, tasks = self._shape(fn, [call[0] for call in calls] if fn is None else ())
+        # auto_requeue=True on one call: the requeue daemon's (a new job for each restart, off the failed
+        # nodes, within budgets), which sets the job's own --no-requeue and USR1.  An array's stays Slurm's.
+        tracked = shape.requeue is True and self.parameters.get("auto_requeue") is True and not array
+        if tracked:
+            shape = shape._replace(requeue=None, signal=None)
         cluster, partition = self._choose(shape._replace(token=jobs.new_token()), partition)
         place = self._place(cluster)
         sizes = [1]
@@ -282,13 +289,19 @@ class Executor:
                                            files["checkpoint"], given),
                                   output=files["log"], token=token, array="0-%d" % (size - 1) if array else None)
             store.write(files["call"], payload.dump_calls(fn, calls[start:start + size], array=array))
+            requeue = None
             try:
-                submission = jobs.submit(self.session, spec, cluster, partition)
+                if tracked:
+                    submission, requeue = self._submit_tracked(spec, cluster, partition)
+                else:
+                    submission = jobs.submit(self.session, spec, cluster, partition)
             except BaseException:
                 store.remove([files["call"]])     # nothing queued from this file: nothing left behind
                 raise
             base = {"cluster": submission.ref.cluster, "token": token, "tasks": tasks, "folder": str(self.folder),
                     "cluster_folder": place.folder, "site": self.session.site.path}
+            if requeue is not None:
+                base["requeue"] = requeue
             for index in range(size) if array else [None]:
                 record = dict(base, slurm_id=submission.ref.job_id if index is None
                               else "%s_%d" % (submission.ref.job_id, index),
@@ -298,6 +311,22 @@ class Executor:
                 made.append(job)
             start += size
         return made
+
+    def _submit_tracked(self, spec, cluster: str, partition: Optional[str]):
+        """Submit ``spec`` under the requeue daemon, as ``slurmkit submit --auto-requeue`` does (the user's journal,
+        ``$SLURMKIT_STATE_DIR``): (the first attempt's submission, the record's ``requeue`` entry).  The daemon's
+        checkpoint directory is a folder of the executor's; the call's own checkpoint stays in its cluster folder."""
+        from slurmkit.requeue import tracking
+        from slurmkit.requeue.journal import Journal
+
+        journal = Journal()
+        try:
+            directory = str(self.folder / "requeue" / spec.token)
+            tracked_id, submission = tracking.submit_tracked(self.session, spec, journal, cluster, partition,
+                                                             checkpoint_dir=directory)
+            return submission, {"journal": journal.path, "tracked": tracked_id}
+        finally:
+            journal.close()
 
     def _array_limits(self, cluster: str):
         """The cluster's array limits, from one ``scontrol show config`` per executor."""

@@ -9,6 +9,10 @@ the executor's folder, so :meth:`Job.from_id` finds it again in another process.
 Slurm is asked about all the unfinished jobs of a process on one cluster at once, at most
 once per poll interval (:class:`StateWatcher`): a process waiting on a thousand jobs costs
 slurmctld one squeue per poll, as the requeue daemon does.
+
+A job submitted with ``auto_requeue=True`` is the requeue daemon's: each restart is a new Slurm
+job, so the Job reads the daemon's journal and follows the latest attempt (``job_id`` becomes
+its id); a call that ended without a result is over only once the daemon will not restart it.
 """
 
 import json
@@ -23,6 +27,9 @@ from slurmkit.helpers import JobPaths  # noqa: F401  (submitit's name, here as i
 
 RECORD_SUFFIX = ".job.json"
 LOG_TAIL_BYTES = 4000
+# A job under the requeue daemon whose attempt ended without a result, and whose end the daemon has not
+# recorded in this long, is taken as ended: no daemon watches the journal (its slowest poll is 60 s).
+DAEMON_WAIT_S = 180.0
 
 
 def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:
@@ -126,12 +133,19 @@ class Job:
         self._watcher = watcher
         self._task = task_id
         self._outcomes: Dict[int, object] = {}
+        self._journal = None              # the requeue daemon's, for a job under it (auto_requeue=True)
+        self._unseen_since: Optional[float] = None   # when its attempt was first seen ended, the daemon unaware
         watcher.register(record["cluster"], record["slurm_id"])
 
     # -- identity ---------------------------------------------------------------------------
 
     @property
     def job_id(self) -> str:
+        """``CLUSTER:ID``; under the requeue daemon, its latest attempt's."""
+        self._follow()
+        return self._global_id()
+
+    def _global_id(self) -> str:
         return "%s:%s" % (self._record["cluster"], self._record["slurm_id"])
 
     @property
@@ -156,7 +170,54 @@ class Job:
         """The job as seen from one of its tasks: its ``result()`` is that task's."""
         if not 0 <= task_id < self.num_tasks:
             raise UsageError("job %s has tasks 0 to %d, not %r" % (self.job_id, self.num_tasks - 1, task_id))
+        self._follow()
         return Job(self._record, self._session, self._watcher, task_id)
+
+    # -- under the requeue daemon (auto_requeue=True) --------------------------------------------
+
+    @property
+    def tracked_id(self) -> Optional[int]:
+        """The requeue daemon's id of the job (``slurmkit jobs``), None for a job it does not restart."""
+        requeue = self._record.get("requeue")
+        return int(requeue["tracked"]) if requeue else None
+
+    def _tracked(self):
+        """The journal's record of the job (None when the daemon does not track it)."""
+        requeue = self._record.get("requeue")
+        if not requeue:
+            return None
+        if self._journal is None:
+            from slurmkit.requeue.journal import Journal
+
+            self._journal = Journal(requeue["journal"])
+        return self._journal.job(int(requeue["tracked"]))
+
+    def _follow(self):
+        """For a job under the requeue daemon, move to its latest attempt (a restart is a new Slurm job, and
+        ``job_id`` becomes its id; the record is saved under that id too, so ``from_id`` takes either); returns
+        (the journal's record, the attempt this job now is), or None for a job the daemon does not track."""
+        tracked = self._tracked()
+        if tracked is None:
+            return None
+        latest = next((a for a in reversed(tracked.attempts) if a.job_id), None)
+        if latest is not None and (latest.cluster, latest.job_id) != (self.cluster, self._record["slurm_id"]):
+            self._record.update(cluster=latest.cluster, slurm_id=latest.job_id)
+            self._watcher.register(latest.cluster, latest.job_id)
+            self._unseen_since = None
+            self.save()
+        return tracked, latest
+
+    def _daemon_done(self, tracked, attempt) -> bool:
+        """Whether a tracked job whose attempt ended without a result is over: the daemon stopped tracking it,
+        or has not noticed the end in :data:`DAEMON_WAIT_S` (none runs); otherwise it restarts it."""
+        clock = self._watcher.clock
+        if tracked.state != "active":
+            return True
+        if attempt is None or attempt.phase != "submitted":
+            return False                   # the daemon saw the end: it is deciding, or the restart is due
+        if self._unseen_since is None:
+            self._unseen_since = clock.monotonic()
+        return clock.monotonic() - self._unseen_since >= DAEMON_WAIT_S
 
     def __repr__(self):
         return "Job<%s%s>" % (self.job_id, "" if self._task is None else " task %d" % self._task)
@@ -164,6 +225,7 @@ class Job:
     # -- state ------------------------------------------------------------------------------
 
     def _info(self, force: bool = False):
+        self._follow()
         return self._watcher.info(self.cluster, self._record["slurm_id"], force=force)
 
     @property
@@ -174,12 +236,22 @@ class Job:
 
     def done(self, force_check: bool = False) -> bool:
         """Whether the job has ended: Slurm's word while it knows the job; once it has forgotten it (past
-        MinJobAge, on a cluster without accounting), whether every task left its outcome."""
-        info = self._info(force=force_check)
-        if info is not None:
-            return bool(info.finished)
+        MinJobAge, on a cluster without accounting), whether every task left its outcome.  A job under the
+        requeue daemon (``auto_requeue=True``) that ended without a result has not ended while the daemon
+        is to restart it: it then follows the new attempt."""
+        followed = self._follow()
+        info = self._watcher.info(self.cluster, self._record["slurm_id"], force=force_check)
+        if info is not None and not info.finished:
+            return False
+        if info is not None and followed is None:
+            return True
         tasks = [self._task] if self._task is not None else range(self.num_tasks)
-        return all(self._outcome(task) is not None for task in tasks)
+        if all(self._outcome(task) is not None for task in tasks):
+            return True
+        if followed is None:
+            return False              # forgotten by Slurm (past MinJobAge), no outcome yet
+        # Under the requeue daemon: ended without a result is over only once the daemon will not restart it.
+        return self._daemon_done(*followed)
 
     def wait(self, timeout: Optional[float] = None, clock=time) -> None:
         """Until the job ends: polls back off from 0.5 s to 5 s (:class:`StateWatcher` keeps it one
@@ -197,9 +269,17 @@ class Job:
             delay = min(delay * 1.5, 5.0)
 
     def cancel(self, check: bool = True) -> None:
-        """scancel the job; ``check``: a refusal raises (a job that already ended is no refusal)."""
+        """scancel the job; ``check``: a refusal raises (a job that already ended is no refusal).  A job under the
+        requeue daemon is no longer tracked either: a cancel is never undone."""
         from slurmkit import jobs
 
+        followed = self._follow()
+        if followed is not None and followed[0].state == "active":
+            from slurmkit.requeue import tracking
+
+            tracking.stop_tracking(self._journal, lambda site: self._session, followed[0].id, cancel=True)
+            self._follow()
+            return
         try:
             jobs.cancel(self._session, [jobs.JobRef(self.cluster, self._record["slurm_id"])])
         except SlurmkitError:
@@ -235,8 +315,8 @@ class Job:
             if outcome is None:
                 info = self._info()
                 raise UncompletedJobError(
-                    "job %s (task %d) ended %s without a result; the end of its log (%s):\n%s"
-                    % (self.job_id, task, info.state if info else "UNKNOWN", self.paths.stdout,
+                    "job %s (task %d) ended %s without a result%s; the end of its log (%s):\n%s"
+                    % (self.job_id, task, info.state if info else "UNKNOWN", self._daemon_said(), self.paths.stdout,
                        self._log_tail() or "(empty)"))
             if not outcome.ok:
                 raise FailedJobError("job %s (task %d) raised %s: %s\n\nThe traceback on the node:\n%s"
@@ -244,6 +324,18 @@ class Job:
                                      exception=outcome.exception, remote_traceback=outcome.traceback)
             values.append(outcome.value)
         return values
+
+    def _daemon_said(self) -> str:
+        """What the requeue daemon made of the end, for a job it tracks."""
+        followed = self._follow()
+        if followed is None:
+            return ""
+        tracked, attempt = followed
+        if tracked.state != "active":
+            return " (attempt %d; the requeue daemon does not restart it: %s)" % (attempt.number, tracked.reason)
+        return (" (attempt %d), and the requeue daemon did not record its end in %.0f s: is one running on this "
+                "journal (%s)? Start it with `slurmkit daemon run`" % (attempt.number, DAEMON_WAIT_S,
+                                                                      self._record["requeue"]["journal"]))
 
     def result(self) -> object:
         """The call's return value (task 0's, or this task's for a :meth:`task` view)."""
@@ -278,7 +370,7 @@ class Job:
     def save(self) -> None:
         from slurmkit.textfile import write_atomic
 
-        write_atomic(str(self.record_path(self._record["folder"], self.job_id)), json.dumps(self._record) + "\n")
+        write_atomic(str(self.record_path(self._record["folder"], self._global_id())), json.dumps(self._record) + "\n")
 
     @classmethod
     def from_id(cls, job_id: str, folder, site=None) -> "Job":

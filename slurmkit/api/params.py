@@ -6,10 +6,12 @@ vocabularies, as in submitit: :class:`~slurmkit.api.executor.AutoExecutor` takes
 generic names (``timeout_min``, ``tasks_per_node``, ``mem_gb``, ...) and Slurm's under
 ``slurm_``; :class:`~slurmkit.api.executor.SlurmExecutor` takes Slurm's without it
 (``time``, ``ntasks_per_node``, ``mem``, ...).  Plus what slurmkit adds: ``comm``,
-``template``, ``image``, ``mounts``, ``env``, and ``auto_requeue`` (True: sbatch ``--requeue``,
-Slurm restarts the job after a preemption or a node failure, and a checkpointable call is
-restarted from its checkpoint; False: ``--no-requeue``, and no checkpoint is asked for; not
-given: the cluster's default, and a checkpointable call asks for ``--requeue``).
+``template``, ``image``, ``mounts``, ``env``, and ``auto_requeue`` (True: the requeue daemon
+restarts a call, as a new job off the failed nodes and within its budgets, after a node failure,
+a preemption, or a checkpoint saved on USR1, as ``slurmkit submit --auto-requeue`` does; a
+``map_array`` or ``batch`` array gets Slurm's own ``--requeue`` instead; False: ``--no-requeue``,
+and no checkpoint is asked for; not given: the cluster's default, and a checkpointable call asks
+for ``--requeue``: Slurm restarts the same job id from its checkpoint).
 
 ``slurm_setup`` (``setup`` for the SlurmExecutor), as in submitit: lines of shell that the batch
 script runs before the call starts (``module load``, ``source venv/bin/activate``), printed as
@@ -133,8 +135,8 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
             fields["mounts"] = _strings(key, value)
         elif key == "auto_requeue":
             if not isinstance(value, bool):
-                raise UsageError("executor parameter auto_requeue=%r: give True (Slurm restarts the job after a "
-                                 "preemption, a node failure or a checkpoint) or False (never)" % (value,))
+                raise UsageError("executor parameter auto_requeue=%r: give True (the requeue daemon restarts the "
+                                 "call after a node failure, a preemption or a checkpoint) or False (never)" % (value,))
             fields["requeue"] = value
         elif key == "setup":
             fields["setup"] = _lines(value)

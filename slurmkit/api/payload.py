@@ -25,9 +25,16 @@ place, so a restart reads the old call or the new one, never half of one), then
 resume me", :data:`slurmkit.requeue.daemon.EXIT_SAVED`).  Slurm starts the same job id
 again, so a :class:`~slurmkit.api.job.Job` follows it with nothing to learn, with or
 without the submitting process, over SSH or not; a task that finds ``CHECKPOINT`` runs
-that call instead of the submitted one.  Slurm's requeue and not the requeue daemon:
-the daemon restarts a failure as a *new* job from a checkpoint directory it reads
+that call instead of the submitted one.  Slurm's requeue and not the requeue daemon, by
+default: the daemon restarts a failure as a *new* job from a checkpoint directory it reads
 itself, and none of that needs to happen for a call that saved its own state.
+
+Under the requeue daemon (``auto_requeue=True``: the job script exports
+``SLURMKIT_CHECKPOINT_DIR``), USR1 saves the call as above and also as the daemon's
+checkpoint ``step-ATTEMPT.call`` in that directory, asks Slurm for nothing and exits 75: the
+daemon restarts the job as a new one (after a node failure or a preemption too), and a
+restart reads the task's own checkpoint, else the ``.call`` the daemon chose
+(``SLURMKIT_RESUME_FROM``).  The Job follows the daemon's attempts (:mod:`slurmkit.api.job`).
 """
 
 import base64
@@ -49,7 +56,16 @@ call_path = sys.argv[1]
 result_path = sys.argv[2].replace("%t", rank).replace("%a", index)
 checkpoint_path = sys.argv[3].replace("%a", index) if len(sys.argv) > 3 and sys.argv[3] else None
 given = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-resumed = bool(checkpoint_path) and os.path.exists(checkpoint_path)
+# Under the requeue daemon (auto_requeue=True) the job script exports its checkpoint directory, and on a
+# restart the checkpoint the daemon chose: a saved call that a restart on another node may only see there.
+daemon_dir = os.environ.get("SLURMKIT_CHECKPOINT_DIR")
+resumed = None
+if checkpoint_path and os.path.exists(checkpoint_path):
+    resumed = checkpoint_path
+elif daemon_dir:
+    chosen = os.environ.get("SLURMKIT_RESUME_FROM", "")
+    if chosen.endswith(".call") and os.path.exists(chosen):
+        resumed = chosen
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 # For JobEnvironment().paths inside the call (and any process it starts).
 os.environ["SLURMKIT_JOB"] = json.dumps({"cluster": given.get("cluster", ""), "folder": os.path.dirname(call_path),
@@ -71,7 +87,7 @@ try:
 except ImportError:
     refuse("ImportError", "cloudpickle is not importable by %s on node %s: install it into that Python "
            "(pip install cloudpickle), or name another with the executor's python=" % (sys.executable, node))
-with open(checkpoint_path if resumed else call_path) as f:
+with open(resumed or call_path) as f:
     lines = f.read().split("\n")
 head = json.loads(lines[0])
 here = "%d.%d" % sys.version_info[:2]
@@ -97,8 +113,8 @@ except Exception as exc:
     refuse(type(exc).__name__, "the call could not be unpickled by %s on node %s: %s: %s (a module the "
            "function needs is not importable there?)" % (sys.executable, node, type(exc).__name__, exc))
 if resumed:
-    print("slurmkit: resuming from the checkpoint %s (restart %s)" % (checkpoint_path,
-          os.environ.get("SLURM_RESTART_COUNT", "?")), file=sys.stderr, flush=True)
+    print("slurmkit: resuming from the checkpoint %s (restart %s)" % (resumed, os.environ.get(
+          "SLURMKIT_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT", "?")), file=sys.stderr, flush=True)
 checkpointer = getattr(fn, "__submitit_checkpoint__", None) or getattr(fn, "checkpoint", None)
 def save_and_requeue(signum, frame):
     # Task 0 saves and gives the job back for every task (Slurm requeues the whole job).
@@ -125,6 +141,25 @@ def save_and_requeue(signum, frame):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, checkpoint_path)
+    if daemon_dir:
+        # The daemon restarts the job as a new one, from its newest checkpoint: the saved call, as the step of
+        # this attempt (its `file` convention; the temporary name is one it skips).  No scontrol requeue.
+        attempt = int(os.environ.get("SLURMKIT_ATTEMPT") or 1)
+        step = os.path.join(daemon_dir, "step-%d.call" % attempt)
+        try:
+            tmp = os.path.join(daemon_dir, ".step-%d.call.tmp.%d" % (attempt, os.getpid()))
+            with open(tmp, "w") as f:
+                f.write(text + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, step)
+            print("slurmkit: saved in %s and %s; the requeue daemon restarts the job" % (checkpoint_path, step),
+                  file=sys.stderr, flush=True)
+        except OSError as exc:
+            print("slurmkit: saved in %s, but not in the requeue daemon's checkpoint directory (%s): a time limit "
+                  "is not restarted from it, a node failure is" % (checkpoint_path, exc), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(75)
     job = os.environ.get("SLURM_JOB_ID", "")
     if os.environ.get("SLURM_ARRAY_JOB_ID"):
         job = "%s_%s" % (os.environ["SLURM_ARRAY_JOB_ID"], index)

@@ -1,9 +1,10 @@
-"""Checkpointing beyond the local plain job: a Checkpointable call sent USR1 resumes from its own state and
-returns the right value over SSH (gamma through its login node), as a map_array task, and inside a
+"""Checkpointing on the real clusters: a Checkpointable call sent USR1 (as Slurm sends it before the time
+limit, or on preemption) is requeued by Slurm under its own id and resumes from its own state to the right
+value: locally on alpha, over SSH (gamma through its login node), as a map_array task, and inside a
 ``with executor.batch()`` block (an array whose tasks each carry their own function).
 
-The three are submitted together and signalled together by one module-scoped fixture, so that Slurm's hold
-of a requeued job (the launch credential's life, 30 s on the devclusters) is waited for once, not three
+The four are submitted together and signalled together by one module-scoped fixture, so that Slurm's hold
+of a requeued job (the launch credential's life, 30 s on the devclusters) is waited for once, not four
 times; each test then reads its own case.
 """
 
@@ -20,7 +21,6 @@ from slurmkit.site import find_site
 
 from conftest import job_info, slurm
 from harness import wait_until
-from test_api import requeue_hold_s
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -28,6 +28,16 @@ SITE = str(ROOT / "site_configs" / "local.yaml")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 pytestmark = pytest.mark.slow
+
+
+def requeue_hold_s(cluster) -> int:
+    """How long Slurm holds a requeued job before it may start again: until its launch credential has expired
+    (AuthInfo's cred_expire: 120 s by default, 30 s on the devclusters, devcluster/daemons.py), read from the
+    cluster's own config; then it is scheduled (backfill every 5 s here) and starts."""
+    import re
+
+    m = re.search(r"cred_expire=(\d+)", slurm(cluster, "scontrol", "show", "config").stdout)
+    return (int(m.group(1)) if m else 120) + 1
 
 
 class Count(Checkpointable):
@@ -75,11 +85,11 @@ def restarted(tmp_path_factory):
         from slurmkit.session import reach
 
         assert reach(remote.session.site.cluster("gamma")) == "ssh"
-        jobs = {"ssh": remote.submit(Count(), 20, 7)}
+        jobs = {"local": local.submit(Count(), 20, 7), "ssh": remote.submit(Count(), 20, 7)}
         jobs["array"] = local.map_array(Count(), [5, 20, 12], [None, 7, None])
         with local.batch():
             jobs["batch"] = [local.submit(add, 2, 3), local.submit(Count(), 15, 4)]
-        signalled = [jobs["ssh"], jobs["array"][1], jobs["batch"][1]]
+        signalled = [jobs["local"], jobs["ssh"], jobs["array"][1], jobs["batch"][1]]
         for job in signalled:
             wait_until(lambda: "paused at" in (job.stdout() or ""), 60, what="%s to reach its pause" % job.job_id)
         for job in signalled:
@@ -101,7 +111,13 @@ def _restarted_once(job, total, pause):
     return info
 
 
-def test_over_ssh_the_checkpoint_is_written_and_read_on_the_cluster(restarted, tmp_path_factory):
+def test_a_local_call_sent_usr1_is_requeued_once_under_its_id_and_resumes_from_its_own_state(restarted):
+    job = restarted["local"]
+    info = _restarted_once(job, 20, 7)          # continued from 7, not from 0, under the same id
+    assert info["Requeue"] == "1" and job.job_id.startswith("alpha:")
+
+
+def test_over_ssh_the_checkpoint_is_written_and_read_on_the_cluster(restarted):
     job = restarted["ssh"]
     assert job.job_id.startswith("gamma:")
     _restarted_once(job, 20, 7)

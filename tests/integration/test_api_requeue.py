@@ -1,0 +1,89 @@
+"""auto_requeue=True on the real clusters: a call whose node fails (NODE_FAIL) is restarted by the requeue daemon
+as a new job, and the call's Job follows it to the result.
+
+The job is kept on one node (alpha's an4: the others excluded; not --nodelist, which the daemon's restart would
+contradict by excluding the failed node, as it leaves an exclusion out when nothing else would remain) and that
+node alone is set DOWN, under the suite's node lock, then resumed at once: downing a node ends every job on it.
+The daemon is the real one over the test's own journal, cycled here as ``slurmkit daemon once`` would be.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import slurmkit
+
+from conftest import job_info, node_lock, slurm, wait_job_state
+from harness import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = str(ROOT / "site_configs" / "local.yaml")
+VICTIM = "an4"
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def survive():
+    """Waits on its first attempt (until its node fails); a restart returns where and what it is."""
+    from slurmkit.helpers import JobEnvironment
+
+    attempt = int(os.environ["SLURMKIT_ATTEMPT"])
+    if attempt == 1:
+        print("attempt 1 running", flush=True)
+        time.sleep(600)
+    return attempt, JobEnvironment().global_job_id, os.environ["SLURMD_NODENAME"]
+
+
+def node_field(node, key):
+    out = slurm("alpha", "scontrol", "show", "node", "-o", node).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok).get(key, "")
+
+
+def node_usable(node):
+    return not any(s in node_field(node, "State") for s in ("DOWN", "DRAIN", "NOT_RESPONDING", "FAIL"))
+
+
+def cycle():
+    from slurmkit.requeue.daemon import open_daemon
+
+    daemon, sessions = open_daemon()
+    try:
+        return daemon.cycle()
+    finally:
+        sessions.close()
+        daemon.journal.close()
+
+
+@pytest.mark.slow
+def test_a_call_whose_node_fails_is_restarted_by_the_daemon_and_followed_to_its_result(tmp_path, monkeypatch,
+                                                                                     devcluster):
+    monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))       # the test's own journal
+    others = [n for n in ("an1", "an2", "an3", "an4") if n != VICTIM]
+    with slurmkit.AutoExecutor(tmp_path / "jobs", cluster="alpha", site=SITE) as ex:
+        ex.update_parameters(timeout_min=5, slurm_partition="cpu", auto_requeue=True,
+                             slurm_additional_parameters={"exclude": others})
+        job = ex.submit(survive)
+        first = job.job_id
+        assert job.tracked_id is not None and job_info("alpha", first.split(":")[1])["Requeue"] == "0"
+        wait_until(lambda: "attempt 1 running" in (job.stdout() or ""), 60, what="the first attempt to run")
+        reason = "slurmkit-test: api node failure %d" % os.getpid()
+        with node_lock(devcluster):
+            slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
+            try:
+                wait_job_state("alpha", first.split(":")[1], "NODE_FAIL", timeout=60)
+                report = cycle()
+                assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
+            finally:
+                if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
+                    slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
+                wait_until(lambda: node_usable(VICTIM), 90, interval=1.0, what="node %s back" % VICTIM)
+        attempt, seen_id, node = job.result()
+        assert job.job_id != first and (attempt, seen_id, node) == (2, job.job_id, VICTIM)
+        assert cycle().stopped == [(job.tracked_id, "the job completed")]
+        assert job_info("alpha", job.job_id.split(":")[1])["JobState"] == "COMPLETED"
+    # Another process finds it by the id it was given first, and follows it too.
+    again = slurmkit.Job.from_id(first, tmp_path / "jobs", site=SITE)
+    assert again.result() == (2, job.job_id, VICTIM) and again.job_id == job.job_id
