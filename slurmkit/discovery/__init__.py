@@ -15,7 +15,7 @@ the file and the cluster have drifted apart.
   file, validating the draft before it is written.
 
 It sits on ``session``, ``slurm``, ``site``, ``script`` (the switch-wait
-cap's one parser) and the pure readers of ``health.sources`` (what the probe
-job prints of sysfs is read as ``slurmkit health`` reads the same files),
+cap's one parser) and ``sysfs`` (what the probe job prints of sysfs is read
+as ``slurmkit health`` reads the same files),
 and is imported only by the CLI.
 """

@@ -29,8 +29,7 @@ from typing import List, NamedTuple, Optional, Sequence
 from slurmkit import times
 from slurmkit.discovery.facts import ClusterFacts, PartitionFacts, printable
 from slurmkit.errors import UsageError
-from slurmkit.health.sources.infiniband import hca_matches
-from slurmkit.health.sources.interfaces import ifname_matches
+from slurmkit.sysfs import hca_matches, ifname_matches
 
 FAIL, SLOWER, WARNING = "fail", "slower", "warning"
 # What makes `site check` exit 1: a finding that makes jobs fail or run slower.

@@ -13,10 +13,10 @@ partition, instead of queueing.
 Where the RDMA devices are read is a parameter (``/sys/class/infiniband``;
 the partition's ``health.ib_sysfs`` when a site sets one): tests point it at
 a fake sysfs tree made by :func:`slurmkit.health.sources.fakes.write_ib_port`,
-the one the health checks use.  What the script prints is read with the health
-checks' own pure readers of those sysfs files (``health.sources.infiniband``
-and ``health.sources.interfaces``): a port or an interface is active or up
-for ``site init`` exactly when it is for ``slurmkit health``.  The devices are counted in ``device_dir``
+the one the health checks use.  What the script prints is read with
+:mod:`slurmkit.sysfs`, as the health checks read the same files: a port or an
+interface is active or up for ``site init`` exactly when it is for
+``slurmkit health``.  The devices are counted in ``device_dir``
 (``/dev``, or the partition's ``health.device_dir``) as the health checks
 count them.
 """
@@ -25,9 +25,8 @@ import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError
-from slurmkit.health.sources.infiniband import RdmaPort, state_name
-from slurmkit.health.sources.interfaces import interface_up
 from slurmkit.slurm import commands
+from slurmkit.sysfs import RdmaPort, interface_up, state_name
 
 # The container runtimes slurmkit has adapters for, by the command each installs (Slurm's own OCI
 # support runs runc or crun; pyxis needs enroot).

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from slurmkit.health.sources import nvml as nv
 from slurmkit.health.sources.infiniband import LINK_COUNTERS, NOISE_COUNTERS
-from slurmkit.health.sources.interfaces import ifname_matches
+from slurmkit.sysfs import ifname_matches
 from slurmkit.health.findings import CheckResult, fail, ok, warn
 
 

@@ -188,7 +188,11 @@ def test_nothing_imports_the_python_api_but_itself_its_submitit_face_and_the_pac
     ("api", ("cli",)),
     ("compat", ("cli",)),
     # site init / site check --live: reads clusters through sessions and backends, below the faces only.
-    ("discovery", ("cli", "api", "compat", "sweep", "requeue", "observe")),
+    ("discovery", ("cli", "api", "compat", "sweep", "requeue", "observe", "health")),
+    # What sysfs says of a node's fabric and NCCL's naming rules: read by health on the nodes and by
+    # discovery's probe job, so below both (like times and envnames).
+    ("sysfs", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
+               "sweep", "observe", "energy", "containers", "api", "compat", "discovery")),
     # Runs on the nodes, where slurmkit need not be (cloudpickle carries it by value): nothing of slurmkit.
     ("helpers", ("site", "slurm", "remote", "script", "federation", "cli", "jobs", "session", "requeue", "health",
                  "sweep", "observe", "energy", "containers", "api", "compat", "errors", "times", "envnames")),

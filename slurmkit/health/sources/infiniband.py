@@ -12,15 +12,16 @@ otherwise; tests lay out the same tree in a temporary directory)::
 Some drivers answer counter reads from the adapter's firmware, which can
 stall: :func:`read_ports` runs in a forked child (see ``probe``).
 
-The pure parts are shared with ``slurmkit site init``/``site check``, whose
-probe job prints the same sysfs files from a shell on nodes without
-slurmkit: :func:`state_name` reads a state file's text, :class:`RdmaPort` is
-a port as both see it, and :func:`hca_matches` is NCCL_IB_HCA's matching rule.
+What a state file's text means and NCCL_IB_HCA's matching rule are in
+:mod:`slurmkit.sysfs`, shared with ``slurmkit site init``/``site check``,
+whose probe job prints the same files from a shell on the nodes.
 """
 
 import os
 import re
-from typing import Iterable, NamedTuple, Optional, Tuple
+from typing import Iterable, Optional, Tuple
+
+from slurmkit.sysfs import hca_matches, state_name
 
 # Counters that mean the link itself is in trouble when they grow, and
 # those that also grow with (rare) noise.
@@ -81,39 +82,6 @@ def read_attribute(path: str) -> Optional[str]:
             return fh.read().strip()
     except OSError:
         return None
-
-
-class RdmaPort(NamedTuple):
-    """One port of an HCA as read from sysfs (here, or by ``site init``'s probe job on a node)."""
-
-    name: str            # "mlx5_0:1"
-    state: str           # "ACTIVE", "DOWN" ...
-    link_layer: str      # "InfiniBand" or "Ethernet" (RoCE)
-    rate: str            # "400 Gb/sec (4X NDR)"
-
-    @property
-    def active(self) -> bool:
-        return self.state.upper() == "ACTIVE"
-
-
-def hca_matches(spec: str, exact: bool, port_name: str) -> bool:
-    """Whether NCCL_IB_HCA's entry ``spec`` ("mlx5_0:1", "mlx5") names the port "mlx5_0:1".
-
-    ``exact``: the list began with '=' (whole device names); else NCCL takes each entry as a prefix.
-    """
-    hca, _, port = spec.lstrip("=").partition(":")
-    their_hca, _, their_port = port_name.partition(":")
-    if port and port != their_port:
-        return False
-    return their_hca == hca if exact else their_hca.startswith(hca)
-
-
-def state_name(text: Optional[str]):
-    """A port's ``state``/``phys_state`` file: "4: ACTIVE" -> (4, "ACTIVE"); (None, None) when empty."""
-    if not text:
-        return None, None
-    code, _, name = text.partition(":")
-    return (int(code) if code.strip().isdigit() else None), name.strip() or code.strip()
 
 
 def read_ports(root: str, ports: Iterable[str]) -> dict:
