@@ -488,6 +488,22 @@ def container_image(devcluster):
     return _with_mount_point(copy)
 
 
+def alpha_with_runtime(tmp_path, runtime, bundle=False, options=()):
+    """local.yaml with alpha's runtime replaced (and its image the bundle rather than its rootfs, the
+    runtime given the site's ``options``), as a file."""
+    text = (REPO / "site_configs" / "local.yaml").read_text().replace("../.devcluster", str(REPO / ".devcluster"))
+    marker = "    containers:\n      runtime: charliecloud\n"
+    assert marker in text
+    text = text.replace(marker, "    containers:\n      runtime: %s\n      options: %s\n"
+                        % (runtime, json.dumps(list(options))), 1)
+    if bundle:
+        text = text.replace("debian-12: %s/rootfs" % (REPO / ".devcluster" / "images" / IMAGE),
+                            "debian-12: %s" % (REPO / ".devcluster" / "images" / IMAGE), 1)
+    site = tmp_path / ("alpha-%s.yaml" % runtime)
+    site.write_text(text)
+    return str(site)
+
+
 @pytest.fixture(scope="session")
 def oci_site_with_repo(container_image, tmp_path_factory):
     """A site file whose beta (Slurm's OCI runtime) runs a bundle that also has the clone, read-only, at its

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAS_CH_RUN, IMAGE, IMAGE_PYTHON, job_info, needs_image, wait_job_state
+from conftest import HAS_CH_RUN, IMAGE, IMAGE_PYTHON, alpha_with_runtime, job_info, needs_image, wait_job_state
 from harness import one_error_line, run_slurmkit, wait_until
 from training_output import TRAIN, check_training
 
@@ -215,22 +215,6 @@ def test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_on
         return
     assert "without its own Slurm variables (SLURM_PROCID" in text, text
     assert job_info("beta", job["job_id"])["JobState"] == "FAILED"
-
-
-def alpha_with_runtime(tmp_path, runtime, bundle=False, options=()):
-    """local.yaml with alpha's runtime replaced (and its image the bundle rather than its rootfs, the
-    runtime given the site's ``options``), as a file."""
-    text = Path(SITE).read_text().replace("../.devcluster", str(ROOT / ".devcluster"))
-    marker = "    containers:\n      runtime: charliecloud\n"
-    assert marker in text
-    text = text.replace(marker, "    containers:\n      runtime: %s\n      options: %s\n"
-                        % (runtime, json.dumps(list(options))), 1)
-    if bundle:
-        text = text.replace("debian-12: %s/rootfs" % (ROOT / ".devcluster" / "images" / IMAGE),
-                            "debian-12: %s" % (ROOT / ".devcluster" / "images" / IMAGE), 1)
-    site = tmp_path / ("alpha-%s.yaml" % runtime)
-    site.write_text(text)
-    return str(site)
 
 
 @pytest.mark.parametrize("runtime", ["apptainer", "podman-hpc"])
