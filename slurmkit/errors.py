@@ -78,16 +78,17 @@ class WaitTimeoutError(SlurmkitError):
         self.job = job
 
 
-class FailedJobError(SlurmkitError):
-    """A job's call raised (the Python API, submitit's name): ``exception`` is the exception
-    itself where it could be unpickled here, ``remote_traceback`` the traceback on the node."""
+class UncompletedJobError(SlurmkitError):
+    """A job ended without a result (killed, timed out, failed before the call; submitit's name):
+    the message has its state and the end of its log."""
+
+
+class FailedJobError(UncompletedJobError):
+    """A job's call raised (the Python API; submitit's name, an UncompletedJobError as in submitit):
+    ``exception`` is the exception itself where it could be unpickled here, ``remote_traceback``
+    the traceback on the node."""
 
     def __init__(self, message, exception=None, remote_traceback=""):
         super().__init__(message)
         self.exception = exception
         self.remote_traceback = remote_traceback
-
-
-class UncompletedJobError(SlurmkitError):
-    """A job ended without a result (killed, timed out, failed before the call; submitit's name):
-    the message has its state and the end of its log."""

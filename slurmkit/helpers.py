@@ -78,6 +78,88 @@ class Checkpointable:
         return DelayedSubmission(self, *args, **kwargs)
 
 
+class FunctionSequence(Checkpointable):
+    """submitit's: several calls gathered into one checkpointable call, which returns their values in
+    order.  Each call is a :class:`DelayedSubmission` that keeps its value once made, so a restart
+    after a checkpoint makes only the calls not made yet."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self.delayed_functions: List[DelayedSubmission] = []
+
+    def add(self, func, *args, **kwargs) -> None:
+        self.delayed_functions.append(DelayedSubmission(func, *args, **kwargs))
+
+    def __len__(self) -> int:
+        return len(self.delayed_functions)
+
+    def __iter__(self):
+        return iter(self.delayed_functions)
+
+    def __call__(self) -> list:
+        if self.verbose:
+            done = sum(f.done() for f in self)
+            print("Starting from %d/%d" % (done, len(self.delayed_functions)), flush=True)
+        return [f.result() for f in self.delayed_functions]
+
+
+class CommandFunction:
+    """submitit's: a command as a function, whose value is what the command wrote on stdout (stripped).
+    Arguments of the call are appended, keyword arguments as ``--key=value``; ``command`` is a list (no
+    shell).  A failing command raises RuntimeError with its stderr, from the ``subprocess.CalledProcessError``
+    (submitit raises its FailedJobError, which is slurmkit's and not importable here: this runs on nodes
+    without slurmkit); submitted, the job's result() raises FailedJobError as for any call that raised."""
+
+    def __init__(self, command, verbose: bool = True, cwd=None, env=None) -> None:
+        if not isinstance(command, list):
+            raise TypeError("The command must be provided as a list")
+        self.command = command
+        self.verbose = verbose
+        self.cwd = None if cwd is None else str(cwd)
+        self.env = env
+
+    def __call__(self, *args, **kwargs) -> str:
+        import subprocess
+        import sys
+
+        full = self.command + [str(x) for x in args] + ["--%s=%s" % (k, v) for k, v in kwargs.items()]
+        if self.verbose:
+            print('The following command is sent: "%s"' % " ".join(full), flush=True)
+        done = subprocess.run(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.cwd, env=self.env,
+                              universal_newlines=True)
+        stdout, stderr = done.stdout.strip(), done.stderr.strip()
+        if self.verbose:
+            if stdout:
+                print(stdout, flush=True)
+            if stderr:
+                print(stderr, file=sys.stderr, flush=True)
+        if done.returncode:
+            if stderr and not self.verbose:
+                print(stderr, file=sys.stderr, flush=True)
+            raise RuntimeError(stderr) from subprocess.CalledProcessError(done.returncode, full, stdout, stderr)
+        return stdout
+
+
+def as_completed(jobs, timeout: Optional[float] = None, poll_frequency: float = 10):
+    """submitit's: the jobs as they end (done(): finished, failed or cancelled), asking each unfinished one
+    every ``poll_frequency`` seconds (slurmkit asks Slurm once per cluster for all of them); TimeoutError
+    after ``timeout`` seconds."""
+    import time
+
+    start = time.time()
+    ended = set()
+    while True:
+        if timeout is not None and time.time() - start > timeout:
+            raise TimeoutError
+        for i, job in enumerate(jobs):
+            if i not in ended and job.done():
+                ended.add(i)
+                yield job
+        if len(ended) == len(jobs):
+            break
+        time.sleep(poll_frequency)
+
+
 class JobPaths(NamedTuple):
     """Where a job's files are: ``folder`` here (its record), the rest on the cluster.  Inside the
     call (:attr:`JobEnvironment.paths`) ``folder`` is the job's folder on the cluster, and

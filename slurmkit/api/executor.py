@@ -57,6 +57,19 @@ def open_session(site=None):
     return Session(find_site(str(name)))
 
 
+def id_independent(folder) -> Path:
+    """The folder as an absolute path, up to its first part that names the job (submitit's ``%j``, ``%A``, ``%a``,
+    ``%t``: its ``log_test/%j``): slurmkit names each job's files by a token of its own, and a ``%`` in the path of
+    Slurm's log would be expanded by Slurm into a directory nobody made."""
+    parts = Path(os.path.abspath(os.path.expanduser(str(folder)))).parts
+    kept = []
+    for part in parts:
+        if "%" in part:
+            break
+        kept.append(part)
+    return Path(*kept)
+
+
 def checkpointable(fn) -> bool:
     """Whether ``fn`` answers submitit's checkpoint protocol (``__submitit_checkpoint__`` or
     ``checkpoint``, as :class:`slurmkit.helpers.Checkpointable` has)."""
@@ -77,11 +90,14 @@ class Executor:
     generic = True
 
     def __init__(self, folder, cluster: Optional[str] = None, site=None, python: Optional[str] = None,
-                 cluster_folder: Optional[str] = None):
+                 cluster_folder: Optional[str] = None, max_num_timeout: int = 3):
+        if isinstance(max_num_timeout, bool) or not isinstance(max_num_timeout, int) or max_num_timeout < 0:
+            raise UsageError("max_num_timeout=%r: give how many times a checkpointed call may be restarted after "
+                             "its time limit (0 or more)" % (max_num_timeout,))
         if cluster in _SUBMITIT_OTHER:
             raise UsageError("cluster=%r: slurmkit runs calls on the site's Slurm clusters only; give a cluster "
                              "name, 'auto', or leave it out" % cluster)
-        self.folder = Path(os.path.abspath(str(folder)))
+        self.folder = id_independent(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.session = open_session(site)
         self.cluster = None if cluster in _SUBMITIT_SLURM else cluster
@@ -89,6 +105,7 @@ class Executor:
             self.session.site.cluster(self.cluster)           # an unknown name fails here, not at submit
         self.python = python
         self.cluster_folder = cluster_folder
+        self.max_num_timeout = max_num_timeout
         self.parameters: Dict[str, object] = {}
         self._places: Dict[str, ClusterPlace] = {}
         self._limits: Dict[str, object] = {}
@@ -239,6 +256,7 @@ class Executor:
         fn = fns[0]
         request = params.request(self.parameters, self.generic)
         fields = dict(request.fields)
+        fields.pop("array_parallelism", None)       # an array's, applied when it is queued (_submit)
         tasks_per_node = int(fields.pop("procs_per_node", 1))
         nodes = int(fields.get("nodes", 1))
         template = fields.pop("template", None) or ("single" if nodes * tasks_per_node == 1 else "srun")
@@ -279,12 +297,16 @@ class Executor:
 
             sizes = arrays.chunks(len(calls), self._array_limits(cluster))
         store = self.session.files(cluster)
+        limit = self._time_limit_s(shape)
+        parallel = params.request(self.parameters, self.generic).fields.get("array_parallelism") if array else None
         made: List[Job] = []
         start = 0
         for size in sizes:
             token = jobs.new_token()
             files = cluster_paths(place.folder, token, array=array)
-            given = json.dumps({"cluster": cluster, "log": files["log"]}, sort_keys=True)
+            given = json.dumps({"cluster": cluster, "log": files["log"], "time_limit_s": limit,
+                                "signal_s": CHECKPOINT_SIGNAL_S, "max_num_timeout": self.max_num_timeout},
+                               sort_keys=True)
             spec = shape._replace(command=(place.python, "-c", payload.BOOTSTRAP, files["call"], files["result"],
                                            files["checkpoint"], given),
                                   output=files["log"], token=token, array="0-%d" % (size - 1) if array else None)
@@ -298,6 +320,11 @@ class Executor:
             except BaseException:
                 store.remove([files["call"]])     # nothing queued from this file: nothing left behind
                 raise
+            if parallel is not None and parallel < size:
+                # submitit's array_parallelism: Slurm's throttle of the array, set as soon as it is queued
+                # (the job script's --array takes no %N here).
+                self.session.backend(submission.ref.cluster).update_jobs([submission.ref.job_id],
+                                                                         ArrayTaskThrottle=str(parallel))
             base = {"cluster": submission.ref.cluster, "token": token, "tasks": tasks, "folder": str(self.folder),
                     "cluster_folder": place.folder, "site": self.session.site.path}
             if requeue is not None:
@@ -311,6 +338,16 @@ class Executor:
                 made.append(job)
             start += size
         return made
+
+    def _time_limit_s(self, shape) -> Optional[int]:
+        """The job's time limit in seconds (the site's default time when none is asked; None: unlimited), which
+        the task compares with when Slurm's USR1 comes, to count the restarts after a time limit."""
+        from slurmkit.times import slurm_time_seconds
+
+        try:
+            return slurm_time_seconds(shape.time or self.session.site.defaults.time)
+        except ValueError:
+            return None
 
     def _submit_tracked(self, spec, cluster: str, partition: Optional[str]):
         """Submit ``spec`` under the requeue daemon, as ``slurmkit submit --auto-requeue`` does (the user's journal,
@@ -366,13 +403,50 @@ class AutoExecutor(Executor):
     """submitit's ``AutoExecutor``: generic parameter names (``timeout_min``, ``tasks_per_node``,
     ``mem_gb``, ...), Slurm's under ``slurm_`` (``slurm_partition``, ...), and slurmkit's own
     (``comm``, ``image``, ``mounts``, ``env``).  ``cluster``: a cluster of the site, ``"auto"``
-    (placed by start estimate) or a comma list; submitit's ``"slurm"`` means the default one."""
+    (placed by start estimate) or a comma list; submitit's ``"slurm"`` means the default one.
+
+    submitit's executor arguments: ``slurm_max_num_timeout`` (how many times a checkpointed call is
+    restarted after its time limit, 3), ``slurm_python`` (the Python on the nodes, as ``python=``),
+    ``slurm_max_pickle_size_gb`` (taken, unused: calls travel as text, their size is the filesystem's);
+    other executors' (``local_*``, ``debug_*``) are ignored, as submitit ignores them on Slurm."""
 
     generic = True
+
+    def __init__(self, folder, cluster: Optional[str] = None, site=None, python: Optional[str] = None,
+                 cluster_folder: Optional[str] = None, **kwargs):
+        options = {}
+        for key, value in kwargs.items():
+            if key == "slurm_max_num_timeout":
+                options["max_num_timeout"] = value
+            elif key == "slurm_python":
+                if python is not None:
+                    raise UsageError("python= and slurm_python= both given: give one")
+                python = _python_path(value)
+            elif key == "slurm_max_pickle_size_gb" or key.startswith(("local_", "debug_")):
+                continue
+            else:
+                raise UsageError("AutoExecutor(%s=...): unknown argument (slurmkit takes slurm_max_num_timeout, "
+                                 "slurm_python, site, python, cluster_folder)" % key)
+        super().__init__(folder, cluster=cluster, site=site, python=python, cluster_folder=cluster_folder, **options)
 
 
 class SlurmExecutor(Executor):
     """submitit's ``SlurmExecutor``: Slurm's parameter names (``partition``, ``time`` in minutes or
-    as Slurm writes it, ``ntasks_per_node``, ``mem``, ``job_name``, ``additional_parameters``)."""
+    as Slurm writes it, ``ntasks_per_node``, ``mem``, ``job_name``, ``additional_parameters``,
+    ``array_parallelism``), and its ``max_num_timeout`` (and ``max_pickle_size_gb``, taken, unused)."""
 
     generic = False
+
+    def __init__(self, folder, max_num_timeout: int = 3, max_pickle_size_gb: float = 1.0,
+                 python: Optional[str] = None, cluster: Optional[str] = None, site=None,
+                 cluster_folder: Optional[str] = None):
+        super().__init__(folder, cluster=cluster, site=site, python=_python_path(python) if python else None,
+                         cluster_folder=cluster_folder, max_num_timeout=max_num_timeout)
+
+
+def _python_path(value) -> str:
+    """submitit's ``python`` is a shell command (``singularity exec img python``); slurmkit runs one program."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise UsageError("python %r: give the path of the Python on the nodes (slurmkit runs it without a shell; "
+                         "a container is the executor's image= parameter)" % (value,))
+    return value

@@ -286,6 +286,20 @@ class Job:
             if check and not self.done(force_check=True):
                 raise
 
+    def _interrupt(self, timeout: bool = False) -> None:
+        """submitit's test hook: send the job the signal that Slurm sends a checkpointable call before its time
+        limit, or a preemption (``timeout``: which one is meant; slurmkit sends USR1 for both, to the batch
+        shell of a one-task job and to every task of the others).  The call tells the two apart by the time
+        left, as it does for Slurm's own signal."""
+        from slurmkit.errors import SlurmCommandError
+
+        self._follow()
+        argv = ["scancel", "--signal=USR1"] + (["--batch"] if self.num_tasks == 1 else []) + [self._record["slurm_id"]]
+        done = self._session.backend(self.cluster).runner.run(argv)
+        if done.returncode != 0:
+            raise SlurmCommandError("%s: %s" % (" ".join(argv), done.stderr.strip() or "exit %d" % done.returncode),
+                                    argv=argv, returncode=done.returncode, stderr=done.stderr)
+
     # -- outcome ----------------------------------------------------------------------------
 
     def _outcome(self, task: int):
@@ -318,6 +332,10 @@ class Job:
                     "job %s (task %d) ended %s without a result%s; the end of its log (%s):\n%s"
                     % (self.job_id, task, info.state if info else "UNKNOWN", self._daemon_said(), self.paths.stdout,
                        self._log_tail() or "(empty)"))
+            if not outcome.ok and outcome.type == "UncompletedJobError":     # not restarted (max_num_timeout)
+                raise UncompletedJobError("job %s (task %d): %s; the end of its log (%s):\n%s"
+                                          % (self.job_id, task, outcome.message, self.paths.stdout,
+                                             self._log_tail() or "(empty)"))
             if not outcome.ok:
                 raise FailedJobError("job %s (task %d) raised %s: %s\n\nThe traceback on the node:\n%s"
                                      % (self.job_id, task, outcome.type, outcome.message, outcome.traceback.rstrip()),
@@ -377,7 +395,9 @@ class Job:
         """The job ``job_id`` (``CLUSTER:ID``) that an executor with ``folder`` submitted, in this process."""
         from slurmkit.api.executor import open_session
 
-        path = cls.record_path(os.path.abspath(str(folder)), job_id)
+        from slurmkit.api.executor import id_independent
+
+        path = cls.record_path(id_independent(folder), job_id)
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -35,7 +35,8 @@ GENERIC = {"timeout_min": "time", "nodes": "nodes", "tasks_per_node": "ntasks_pe
            "name": "job_name"}
 # Slurm names this translation takes (the SlurmExecutor's, AutoExecutor's with "slurm_").
 SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "job_name",
-         "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters", "setup")
+         "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters", "setup",
+         "array_parallelism")
 # slurmkit's own, the same in both.
 OWN = ("comm", "template", "image", "mounts", "env", "auto_requeue")
 ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive")
@@ -117,6 +118,8 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
     for key, value in named.items():
         if key == "time":
             fields["time"] = _minutes(value) if generic or isinstance(value, int) else _text("time", value)
+        elif key == "array_parallelism":
+            fields["array_parallelism"] = _int(key, value)
         elif key in ("nodes", "gpus_per_node", "cpus_per_task"):
             fields[key] = _int(key, value, 0 if key == "gpus_per_node" else 1)
         elif key == "ntasks_per_node":

@@ -49,7 +49,8 @@ FORMAT = 1
 # Slurm's log (%a; optional), which the call reads through helpers.JobEnvironment.  Kept free of
 # slurmkit imports: the nodes' Python need not have slurmkit.
 BOOTSTRAP = r'''
-import base64, json, os, signal, socket, subprocess, sys, traceback
+import base64, json, os, signal, socket, subprocess, sys, time, traceback
+started = time.time()
 index = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
 rank = os.environ.get("SLURM_PROCID", "0")
 call_path = sys.argv[1]
@@ -116,9 +117,23 @@ if resumed:
     print("slurmkit: resuming from the checkpoint %s (restart %s)" % (resumed, os.environ.get(
           "SLURMKIT_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT", "?")), file=sys.stderr, flush=True)
 checkpointer = getattr(fn, "__submitit_checkpoint__", None) or getattr(fn, "checkpoint", None)
+timeouts = int(head.get("timeouts", 0))     # restarts after a time limit so far (the saved call's header)
 def save_and_requeue(signum, frame):
     # Task 0 saves and gives the job back for every task (Slurm requeues the whole job).
-    print("slurmkit: SIGUSR1 on node %s: checkpointing the call" % node, file=sys.stderr, flush=True)
+    # A USR1 within the signal's window before the time limit (Slurm checks every 30 s or so) is the limit's:
+    # counted, and past the executor's max_num_timeout (submitit's, 3) the job ends instead of a restart.
+    limit, window = given.get("time_limit_s"), given.get("signal_s", 90) + 60
+    timed_out = limit is not None and time.time() - started >= limit - window
+    count = timeouts + (1 if timed_out else 0)
+    print("slurmkit: SIGUSR1 on node %s (%s): checkpointing the call" % (node, "its time limit is near"
+          if timed_out else "a preemption, or sent by hand"), file=sys.stderr, flush=True)
+    if count > int(given.get("max_num_timeout", 3)):
+        message = ("Job not requeued because: timed-out too many times (%d; max_num_timeout=%d)."
+                   % (count, int(given.get("max_num_timeout", 3))))
+        print("slurmkit: " + message, file=sys.stderr, flush=True)
+        write({"outcome": "error", "type": "UncompletedJobError", "message": message, "traceback": ""})
+        sys.stdout.flush()
+        os._exit(1)
     try:
         delayed = checkpointer(*args, **kwargs)
     except BaseException as exc:
@@ -132,7 +147,7 @@ def save_and_requeue(signum, frame):
         print("slurmkit: checkpoint() returned None: the job is not restarted", file=sys.stderr, flush=True)
         return
     head = {"format": 1, "python": here, "cloudpickle": cloudpickle.__version__, "array": False, "calls": 1,
-            "checkpoint": True}
+            "checkpoint": True, "timeouts": count}
     text = "\n".join([json.dumps(head), base64.b64encode(cloudpickle.dumps(delayed.function)).decode("ascii"),
                       base64.b64encode(cloudpickle.dumps((tuple(delayed.args), dict(delayed.kwargs)))).decode("ascii")])
     tmp = "%s.tmp.%d" % (checkpoint_path, os.getpid())
