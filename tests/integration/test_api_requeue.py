@@ -87,3 +87,48 @@ def test_a_call_whose_node_fails_is_restarted_by_the_daemon_and_followed_to_its_
     # Another process finds it by the id it was given first, and follows it too.
     again = slurmkit.Job.from_id(first, tmp_path / "jobs", site=SITE)
     assert again.result() == (2, job.job_id, VICTIM) and again.job_id == job.job_id
+
+
+class Count:
+    """Checkpointable (submitit's protocol, no import needed): counts to ``total``, waiting at ``pause`` on its
+    first run for USR1."""
+
+    def __init__(self):
+        self.step, self.starts = 0, []
+
+    def __call__(self, total, pause):
+        self.starts.append(self.step)
+        while self.step < total:
+            if len(self.starts) == 1 and self.step == pause:
+                print("paused at", self.step, flush=True)
+                while True:
+                    time.sleep(0.1)
+            self.step += 1
+        return {"step": self.step, "starts": self.starts, "attempt": os.environ["SLURMKIT_ATTEMPT"]}
+
+    def checkpoint(self, *args):
+        from slurmkit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args)
+
+
+@pytest.mark.slow
+def test_a_call_saved_on_usr1_is_restarted_by_the_daemon_from_the_returned_submission(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
+    with slurmkit.AutoExecutor(tmp_path / "jobs", cluster="alpha", site=SITE) as ex:
+        ex.update_parameters(timeout_min=5, slurm_partition="cpu", auto_requeue=True)
+        job = ex.submit(Count(), 12, 5)
+        first = job.job_id
+        info = job_info("alpha", first.split(":")[1])
+        assert info["Requeue"] == "0", info            # the daemon's, not Slurm's
+        wait_until(lambda: "paused at 5" in (job.stdout() or ""), 60, what="the first attempt to pause")
+        # As Slurm's own signal before the limit comes: to the batch shell, which passes it to the call.
+        slurm("alpha", "scancel", "--signal=USR1", "--batch", first.split(":")[1])
+        ended = wait_job_state("alpha", first.split(":")[1], {"FAILED"}, timeout=60)
+        assert ended["ExitCode"] == "75:0", ended
+        report = cycle()                               # saved and asked to resume: restarted from step-1.call
+        assert len(report.restarted) == 1, report
+        tracked = job._tracked()
+        assert tracked.attempts[1].resume_from.endswith("/step-1.call") and tracked.attempts[1].resume_step == 1
+        assert job.result() == {"step": 12, "starts": [0, 5], "attempt": "2"} and job.job_id != first
+        assert cycle().stopped == [(job.tracked_id, "the job completed")]
