@@ -174,7 +174,7 @@ def preemption(user, devcluster):
                 second_state=state, final=user.finish())
 
 
-def time_limit(user, devcluster, launcher=("--gpus-per-node", 2)):
+def time_limit(user, devcluster):
     """One node, two workers on gamma, -t 3: Slurm's USR1 60 s before the limit; the program saves, exits 75.
 
     sbatch(1): "the signal may be sent up to 60 seconds earlier than specified" (slurmctld looks
@@ -182,7 +182,7 @@ def time_limit(user, devcluster, launcher=("--gpus-per-node", 2)):
     from the job's start to a minute into it, once before the workers had written a checkpoint
     (a CI run: FAILED after 46 s, nothing saved).  -t 3 puts it between 60 and 120 s into the
     job, after the first checkpoints; 200 steps at 1 s each cannot end before it."""
-    first = user.submit(*launcher, "-t", 3,
+    first = user.submit("--gpus-per-node", 2, "-t", 3,
                         command=[user.python, TRAIN, "--steps", 200, *TRAIN_ARGS, "--first-attempt-step-seconds", 1])
     user.running(first["job_id"])
     state = user.ended(first["job_id"], timeout=240)
@@ -300,17 +300,13 @@ SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemptio
 # The same failures of a job in a container image (Charliecloud, as on alpha and gamma): the daemon
 # on the host restarts it from the checkpoint its program wrote inside the image.  A node set DOWN
 # ends every job on it, so the node failure in the image waits for the plain one's to be over.
-# And under Slurm's own OCI runtime on beta (runc): Slurm's USR1 reaches the program through srun's
-# --container; after the preemption on beta, whose urgent job would take this one's node too.  And
-# under Apptainer on alpha where Debian has it (the sid root), with the site's --userns.  Both with one
-# process, not torchrun: a runtime that passes signals on to its container (runc, Apptainer's starter)
-# while slurmstepd signals every process of the step too delivers USR1 to torchrun twice, and on
-# Slurm 26.05 the second comes while torchrun is ending its workers, which it then kills before they
-# saved (found by these scenarios; open in issue 24).
-single = ("-T", "single")
+# And under Slurm's own OCI runtime on beta (runc): Slurm's USR1 reaches torchrun and its workers
+# through srun's --container; after the preemption on beta, whose urgent job would take this one's node
+# too.  And under Apptainer on alpha where Debian has it (the sid root), with the site's --userns.
+# Both runtimes pass signals on to the container while slurmstepd signals every process too: torchrun
+# gets USR1 twice (on 26.05 the second came as it ended its workers; templates/torchrun.sh.j2).
 IMAGE_SCENARIOS = {"node_fail_image": ("alpha", node_failure), "timeout_image": ("gamma", time_limit),
-                   "timeout_oci": ("beta", lambda user, devcluster: time_limit(user, devcluster, single)),
-                   "timeout_apptainer": ("alpha", lambda user, devcluster: time_limit(user, devcluster, single))}
+                   "timeout_oci": ("beta", time_limit), "timeout_apptainer": ("alpha", time_limit)}
 AFTER = {"node_fail_image": "node_fail", "timeout_oci": "preempt", "timeout_apptainer": "node_fail_image"}
 
 
@@ -809,20 +805,19 @@ def test_preemption_restarts_from_the_latest_checkpoint(scenarios):
     assert result["found"].step >= 20
 
 
-def check_time_limit(scenario, world=2):
+def check_time_limit(scenario):
     result = scenario.outcome()
     user = scenario.user
     first = result["final"]["attempts"][0]
-    # Slurm's USR1 reached every worker through the batch shell (and torchrun): each saved at the
+    # Slurm's USR1 reached both workers through the batch shell and torchrun: each saved at the
     # same step, and the job said "saved, resume me" (75) instead of dying at the limit.
     text = user.output(result["first"]["job_id"])
     stops = re.findall(r"^stop rank=(\d) step=(\d+): SIGUSR1 \(saved step \d+\); exit 75", text, re.M)
-    assert sorted(r for r, _ in stops) == [str(r) for r in range(world)] and len({s for _, s in stops}) == 1, \
-        text[-3000:]
+    assert sorted(r for r, _ in stops) == ["0", "1"] and len({s for _, s in stops}) == 1, text[-3000:]
     assert result["first_state"] == "FAILED" and first["exit_code"] == 75, first
     assert result["found"].step == int(stops[0][1])          # the checkpoint it wrote on USR1
     assert "time limit with a newer checkpoint" in first["decision"]
-    check_restart(result, user, "timeout", steps=200, world=world)
+    check_restart(result, user, "timeout", steps=200, world=2)
     return result
 
 
@@ -843,8 +838,8 @@ def test_a_job_in_an_image_saves_on_usr1_and_restarts_from_that_checkpoint(scena
 @pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make install-system)")
 @scenario_test("timeout_oci")
 def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
-    # USR1 went from the batch shell through srun --container and runc to the program in the bundle.
-    result = check_time_limit(scenarios["timeout_oci"], world=1)
+    # USR1 went from the batch shell through srun --container and runc to both workers in the bundle.
+    result = check_time_limit(scenarios["timeout_oci"])
     assert result["first"]["runtime"] == "oci" and result["first"]["image"].endswith("/%s-with-repo" % IMAGE)
 
 
@@ -853,7 +848,7 @@ def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(
                     "of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
 @scenario_test("timeout_apptainer")
 def test_a_job_in_apptainer_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
-    result = check_time_limit(scenarios["timeout_apptainer"], world=1)
+    result = check_time_limit(scenarios["timeout_apptainer"])
     assert result["first"]["runtime"] == "apptainer"
 
 
