@@ -243,8 +243,26 @@ export MASTER_PORT
 
 # torchrun as a module of the Python the command names, in the image, where torchrun itself says
 # when that Python has no PyTorch.  In an image, PyTorch 2.2 or newer is taken for granted.
+# A runtime that passes signals on to its container (runc, Apptainer's starter) while slurmstepd
+# signals every process of the step delivers each signal to torchrun twice.  torchrun's agent takes
+# the second, while it ends its workers with the first, for a death of its own, and ends them with
+# SIGTERM: Slurm's USR1 before the time limit then saved nothing (Slurm 26.05, runc and Apptainer).
+# So the launcher acts on one of each signal (torch's own handler, wrapped; a torch without it runs
+# as it is).
 slurmkit_python=python
-slurmkit_launcher=("$slurmkit_python" -m torch.distributed.run)
+slurmkit_torchrun_once='import runpy, sys
+try:
+    from torch.distributed.elastic.multiprocessing import api
+    seen, handler = set(), api._terminate_process_handler
+    def once(signum, frame):
+        if signum not in seen:
+            seen.add(signum)
+            handler(signum, frame)
+    api._terminate_process_handler = once
+except (ImportError, AttributeError):
+    pass
+runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)'
+slurmkit_launcher=("$slurmkit_python" -c "$slurmkit_torchrun_once")
 slurmkit_workers=(--no-python bash -c 'slurmkit_worker "$@"' slurmkit-worker "$slurmkit_python" -u)
 slurmkit_endpoint="$MASTER_ADDR:$MASTER_PORT"
 [[ $MASTER_ADDR != *:* ]] || slurmkit_endpoint="[$MASTER_ADDR]:$MASTER_PORT"  # an IPv6 address
