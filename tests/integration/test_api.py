@@ -8,6 +8,7 @@ directories, so that nothing can pass through a shared filesystem unseen.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -213,32 +214,19 @@ def test_a_batch_submits_its_calls_as_one_array_when_the_block_ends(executor):
     assert slurm("alpha", "squeue", "-h", "-o", "%i").stdout.split() == before
 
 
-# submitit's README example, word for word but the partition (its "dev" is this site's "cpu").
-SUBMITIT_README = '''
-import submitit
-
-def add(a, b):
-    return a + b
-
-# executor is the submission interface (logs are dumped in the folder)
-executor = submitit.AutoExecutor(folder="log_test")
-# set timeout in min, and partition for running the job
-executor.update_parameters(timeout_min=1, slurm_partition="cpu")
-job = executor.submit(add, 5, 7)  # will compute add(5, 7)
-print(job.job_id)  # ID of your job
-
-output = job.result()  # waits for completion and returns output
-assert output == 12  # 5 + 7 = 12...  your addition was computed in the cluster
-'''
+# submitit's README example, word for word but the partition (also run beside submitit itself by the
+# examples' module).
+SUBMITIT_README = Path(__file__).parent / "data" / "submitit_examples" / "add.py"
 
 
 def test_submitits_readme_example_runs_unchanged_through_slurmkit_compat(tmp_path):
-    (tmp_path / "example.py").write_text(SUBMITIT_README)
+    shutil.copy(SUBMITIT_README, tmp_path / "example.py")
     proc = subprocess.run([sys.executable, "-m", "slurmkit.compat", "example.py"], cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, SLURMKIT_SITE=SITE))
     assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip()
+    job_id, output = proc.stdout.split()
     assert re.fullmatch(r"alpha:[0-9]+", job_id), proc.stdout       # the site's default cluster, a global id
+    assert output == "12"
     assert job_info("alpha", job_id.split(":")[1])["JobState"] == "COMPLETED"
     assert (tmp_path / "log_test" / ("%s.job.json" % job_id.replace(":", "_"))).exists()
 

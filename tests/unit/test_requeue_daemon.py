@@ -515,11 +515,17 @@ def test_a_new_daemon_each_cycle_as_crons_daemon_once_still_finds_the_hang(world
     assert world.job(tid).attempts[0].ended_by.startswith("hung: no progress for 120 s")
 
 
+def starting(world):
+    """A job with a 20 s hang timeout and 120 s for its start, just started: (tracked id, job id)."""
+    tid, job = world.track(hang_timeout_s=20, hang_startup_s=120)
+    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    return tid, job
+
+
 def test_a_start_without_a_heartbeat_has_its_allowance_then_the_short_hang_timeout_counts(world):
     # A 20 s hang timeout for a job that beats every few seconds, and 120 s for its start (imports, the
     # rendezvous): a slow start is no hang, a hang after the first beat costs 20 s, not 120.
-    tid, job = world.track(hang_timeout_s=20, hang_startup_s=120)
-    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    tid, job = starting(world)
     report = world.daemon.cycle()
     assert report.next_hang == pytest.approx(world.clock.time() + 120)
     world.clock.advance(100)
@@ -537,8 +543,7 @@ def test_a_start_without_a_heartbeat_has_its_allowance_then_the_short_hang_timeo
 
 
 def test_a_start_that_never_beats_is_ended_when_its_allowance_is_spent(world):
-    tid, job = world.track(hang_timeout_s=20, hang_startup_s=120)
-    world.alpha.set_state(job, "RUNNING", nodes="an[1-2]")
+    tid, job = starting(world)
     world.daemon.cycle()
     world.clock.advance(119)
     world.daemon.cycle()
