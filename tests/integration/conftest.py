@@ -203,6 +203,11 @@ def slurm(cluster, *argv, check=True, timeout=60, input=None, cwd=None):
     return proc
 
 
+def slurm_version(cluster="alpha") -> str:
+    """The Slurm release of the cluster's commands, as sinfo --version prints it (22.05.8, 24.11.5 ...)."""
+    return slurm(cluster, "sinfo", "--version").stdout.split()[1]
+
+
 def sbatch(cluster, *argv, cwd=None):
     """sbatch --parsable ARGV...; returns the job id (str)."""
     out = slurm(cluster, "sbatch", "--parsable", *argv, cwd=cwd).stdout.strip()

@@ -31,6 +31,8 @@ from slurmkit.slurm import pyslurm_installed
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm.runner import LocalRunner
 
+from conftest import slurm_version
+
 if not pyslurm_installed():
     pytest.skip("pyslurm is not installed (make pyslurm builds it for the installed Slurm)",
                 allow_module_level=True)
@@ -179,11 +181,6 @@ def pairs(backends, tmp_path_factory):
         text = script(name, node, out_dir, body, options)
         ids[key] = (run_to_end(cmd, cmd, text), run_to_end(pys, cmd, text), out_dir)
     return ids
-
-
-def slurm_version():
-    conf = json.loads((REPO / ".devcluster" / "clusters.json").read_text())["clusters"]["alpha"]["slurm_conf"]
-    return LocalRunner({"SLURM_CONF": conf}).run(["sinfo", "--version"]).stdout.split()[1]
 
 
 def unnamed_x():

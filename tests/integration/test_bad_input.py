@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import one_error_line, run_slurmkit
-from conftest import job_info, slurm, wait_job_state
+from conftest import job_info, slurm, slurm_version, wait_job_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -232,7 +232,7 @@ def test_over_ssh_a_job_whose_output_directory_is_missing_fails_on_22_05_and_get
                     "echo", "written", env={"SLURMKIT_VIA": "ssh"})
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)
-    version = devcluster.slurm("alpha", "sinfo", "--version").stdout.split()[1]
+    version = slurm_version("alpha")
     try:
         waited = slurmkit("wait", "--timeout", "90", job["id"], env={"SLURMKIT_VIA": "ssh"})
         output = tmp_path / "missing" / ("o-%s.out" % job["job_id"])

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness import run_slurmkit
-from conftest import port_open
+from conftest import port_open, slurm_version
 from conftest import slurm as _slurm
 
 pytest.importorskip("paramiko")
@@ -76,18 +76,13 @@ def clusters_json(home, *args, site=LOCAL_SITE, timeout=60):
     return proc, {s["name"]: s for s in json.loads(proc.stdout)}, elapsed
 
 
-def installed_version(cluster):
-    """The Slurm release the cluster's commands are (22.05 on Debian 12, 24.11 on Debian 13 ...)."""
-    return _slurm(cluster, "sinfo", "--version").stdout.split()[1]
-
-
 def assert_healthy(dev, status):
     name = status["name"]
     want = EXPECTED[name]
     info = dev[name]
     assert status["reachable"] is True, status
     assert status["reason"] == ""
-    assert status["version"] == installed_version(name), status["version"]
+    assert status["version"] == slurm_version(name), status["version"]
     assert set(status["partitions"]) == want["partitions"] == {p["name"] for p in info.raw["partitions"]}
     assert status["nodes_total"] == want["nodes"] == len(info.nodes)
     assert 0 <= status["nodes_idle"] <= status["nodes_total"]
@@ -158,7 +153,7 @@ def test_stopped_slurmctld_is_unreachable(dev, home, devcluster_control):
     assert gamma["reachable"] is False
     assert gamma["reason"].startswith("slurmctld of cluster gamma does not answer: ")
     assert "scontrol ping" in gamma["reason"] and "DOWN" in gamma["reason"]
-    assert gamma["version"] == installed_version("gamma")        # the login node itself answered
+    assert gamma["version"] == slurm_version("gamma")        # the login node itself answered
     # That the RPC commands (each would retry for ~10 s) are skipped after the failed ping is the
     # probe script's own test (tests/unit/test_probe.py), not a wall-clock bound here: CI's machine
     # is shared, and a loaded one took 9.2 s for what takes 1 s alone.

@@ -13,15 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import slurm
+from conftest import slurm, slurm_version
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR = Path(os.environ.get("PYSLURM_VENDOR") or (REPO.parent / "shared" / "vendor" / "pyslurm"))
 
 
 def release(cluster="alpha"):
-    version = slurm(cluster, "sinfo", "--version").stdout.split()[1]
-    major, minor = version.split(".")[:2]
+    major, minor = slurm_version(cluster).split(".")[:2]
     return int(major), int(minor)
 
 
