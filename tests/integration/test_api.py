@@ -214,7 +214,7 @@ def test_a_batch_submits_its_calls_as_one_array_when_the_block_ends(executor):
     assert slurm("alpha", "squeue", "-h", "-o", "%i").stdout.split() == before
 
 
-# submitit's README example, word for word but the partition (also run beside submitit itself by the
+# submitit's README example, word for word but the partition and time limit (also run beside submitit by the
 # examples' module).
 SUBMITIT_README = Path(__file__).parent / "data" / "submitit_examples" / "add.py"
 

@@ -264,12 +264,19 @@ def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluste
     wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
     data = accounted("alpha:" + job, lambda d: d["peak_rss_bytes"])
     assert data["state"] == "COMPLETED" and len(data["attempts"]) == 1
-    assert data["cpu_efficiency_pct"] > 60, data            # both CPUs busy for most of the job
+    # Both tasks spin for 4 s of wall time, but nothing confines them to their CPUs here (no cgroups) and
+    # the machine runs other suites: how much of the allocation they kept busy is the load's, not eff's
+    # (53 % in a CI run of both releases at once).  What eff must get right: the ratio of accounting's
+    # CPU time to elapsed x CPUs, far from an idle job's, and its verdict on that figure.
+    attempt = data["attempts"][0]
+    used = 100.0 * attempt["cpu_s"] / (attempt["elapsed_s"] * attempt["cpus"])   # elapsed in whole seconds
+    assert data["cpu_efficiency_pct"] == pytest.approx(min(100.0, used), abs=1.0), data
+    assert data["cpu_efficiency_pct"] > 25, data
     assert 300 << 20 <= data["peak_rss_bytes"] < 1 << 30, data
     assert data["mem_per_node_bytes"] == 1 << 30
     assert data["gpus"] == 4 and data["gpu_hours"] == data["elapsed_s"] * 4 / 3600.0
     assert data["gpu_util_pct"] is None and data["energy_j"] is None   # not collected here: unknown, not 0
-    assert not [v for v in data["verdicts"] if "CPUs" in v], data
+    assert bool([v for v in data["verdicts"] if "CPUs" in v]) == (data["cpu_efficiency_pct"] < 50), data
 
 
 def test_eff_says_an_idle_job_asked_for_too_many_cpus(devcluster, tmp_path):
