@@ -59,7 +59,7 @@ def prepare_cluster(c):
     # Slurm runs --container jobs on the host, as on a node of a real cluster without one.
     if c.spec.get("oci") and c.has_program("runc"):
         c.oci_state.mkdir(mode=0o700, exist_ok=True)
-        changed |= write_if_changed(c.oci_conf, c.render_oci_conf())
+        changed |= write_if_changed(c.oci_conf, c.render_oci_conf(oci_instance(c)))
     elif c.oci_conf.exists():
         c.oci_conf.unlink()
         changed = True
@@ -189,3 +189,24 @@ def write_clusters_json():
         "clusters": {c.name: c.describe() for c in all_clusters},
     }
     write_if_changed(CLUSTERS_JSON, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def oci_instance(c):
+    """This cluster's own word in its containers' names, made once and kept in its state directory.
+
+    runc (cgroupfs, no cgroupsPath in the bundle) names each container's cgroup after the container,
+    at the top of the machine's cgroup hierarchies, which every cluster here shares: the release
+    suites' clusters run in their own roots and networks but not their own cgroups, start at the
+    same job ids and run the same tests at the same time, so ``bn3.root.3016.0.0`` of one was
+    ``bn3.root.3016.0.0`` of the other, and the second ``runc run`` failed (or, runc 1.3, found
+    "the container's cgroup is not empty").  Random rather than derived from a path: each root sees
+    its state directory at the same path."""
+    path = c.dir / "oci-instance"
+    try:
+        word = path.read_text().strip()
+    except FileNotFoundError:
+        word = ""
+    if not word:
+        word = "%s-%s" % (c.name, secrets.token_hex(4))
+        path.write_text(word + "\n")
+    return word
