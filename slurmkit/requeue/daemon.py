@@ -268,16 +268,16 @@ class Daemon:
         except SlurmkitError:
             return 0.0
 
-    def hang_startup(self, tracked: Tracked) -> float:
+    def hang_startup(self, tracked: Tracked, timeout: float) -> float:
         """Seconds an attempt may take from its start to its first heartbeat (its imports, the rendezvous, a
-        checkpoint's load) before the hang timeout counts; never less than the hang timeout itself."""
+        checkpoint's load) before the hang timeout counts; never less than ``timeout``, the job's hang timeout."""
         own = tracked.budget.get("hang_startup_s")
         if own is None:
             try:
                 own = self.sessions(tracked.site).site.requeue.hang_startup or 0
             except SlurmkitError:
                 own = 0
-        return max(float(own), self.hang_timeout(tracked))
+        return max(float(own), timeout)
 
     def _watch_progress(self, tracked: Tracked, attempt: Attempt, backend, report: CycleReport,
                         progressed: List[Tuple[int, str, float]]) -> None:
@@ -295,23 +295,21 @@ class Daemon:
         if since is None or marker != attempt.progress:
             since = now
             progressed.append((attempt.id, marker, now))
-        due, startup = since + timeout, None
-        if attempt.started_at:
-            # Until its own first heartbeat an attempt is starting: a short hang timeout (a few checkpoint
-            # intervals) must not end a start that is slow (imports, the rendezvous), nor must a long one
-            # be every hang's cost.  Checkpoints alone (no heartbeat): the allowance holds from the start.
-            startup = self.hang_startup(tracked)
-            if startup > timeout and not _has_beaten(tracked.checkpoint_dir, attempt.job_id):
-                due = max(due, attempt.started_at + startup)
-            else:
-                startup = None
+        due = since + timeout
+        # Until its own first heartbeat an attempt is starting: a short hang timeout (a few checkpoint
+        # intervals) must not end a start that is slow (imports, the rendezvous), nor must a long one be
+        # every hang's cost.  Checkpoints alone (no heartbeat): the allowance holds from the start.
+        startup = self.hang_startup(tracked, timeout) if attempt.started_at else None
+        if startup is not None and (startup <= timeout or _has_beaten(tracked.checkpoint_dir, attempt.job_id)):
+            startup = None
+        if startup is not None:
+            due = max(due, attempt.started_at + startup)
         if now < due:
             if report.next_hang is None or due < report.next_hang:
                 report.next_hang = due
             return
         where = checkpoint.heartbeat_dir(tracked.checkpoint_dir)
-        allowance = "" if startup is None or startup <= timeout else \
-            ", after a start-up allowance of %.0f s without a heartbeat" % startup
+        allowance = "" if startup is None else ", after a start-up allowance of %.0f s without a heartbeat" % startup
         attempt.ended_by = "%s: no progress for %.0f s (the hang timeout is %.0f s%s): neither its heartbeat " \
                            "(in %s) nor its checkpoint directory changed" % (policy.HUNG_MARK, now - since,
                                                                               timeout, allowance, where)

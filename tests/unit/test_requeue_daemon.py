@@ -564,5 +564,7 @@ def test_the_start_up_allowance_is_the_jobs_else_the_sites_and_never_below_the_h
     from_site, _ = world.track()
     own, _ = world.track(hang_startup_s=90)
     short, _ = world.track(hang_timeout_s=600, hang_startup_s=60)
-    assert daemon.hang_startup(world.job(from_site)) == 300 and daemon.hang_startup(world.job(own)) == 90
-    assert daemon.hang_startup(world.job(short)) == 600
+    timeout = daemon.hang_timeout
+    assert daemon.hang_startup(world.job(from_site), timeout(world.job(from_site))) == 300
+    assert daemon.hang_startup(world.job(own), timeout(world.job(own))) == 90
+    assert daemon.hang_startup(world.job(short), timeout(world.job(short))) == 600
