@@ -1,6 +1,6 @@
 """The SQLite files that keep a user's state (the requeue and sweep journals): one way to open and write them.
 
-Write-ahead logging lets readers (``slurmkit jobs``, ``sweep status``) read
+Write-ahead logging lets readers (``slurmkit daemon jobs``, ``sweep status``) read
 while a writer writes; transactions are opened explicitly with ``BEGIN
 IMMEDIATE`` (``isolation_level=None``), so two writers never interleave their
 steps and every step is one transaction.  The file is private to the user.

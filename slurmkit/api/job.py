@@ -177,7 +177,7 @@ class Job:
 
     @property
     def tracked_id(self) -> Optional[int]:
-        """The requeue daemon's id of the job (``slurmkit jobs``), None for a job it does not restart."""
+        """The requeue daemon's id of the job (``slurmkit daemon jobs``), None for a job it does not restart."""
         requeue = self._record.get("requeue")
         return int(requeue["tracked"]) if requeue else None
 

@@ -25,7 +25,7 @@ COMMANDS = {
     "clusters": "slurmkit.cli.cluster_commands:clusters_command",
     "health": "slurmkit.cli.health_commands:health",
     "daemon": "slurmkit.cli.requeue_commands:daemon",
-    "jobs": "slurmkit.cli.requeue_commands:jobs",
+    "jobs": "slurmkit.cli.requeue_commands:jobs",          # hidden: the old name of `daemon jobs`
     "sweep": "slurmkit.cli.sweep_commands:sweep",
     "logs": "slurmkit.cli.observe_commands:logs",
     "why": "slurmkit.cli.observe_commands:why",
@@ -49,6 +49,26 @@ class LazyGroup(click.Group):
             return super().get_command(ctx, name)
         module, attribute = target.split(":")
         return getattr(importlib.import_module(module), attribute)
+
+
+class MovedGroup(click.Group):
+    """The old name of a group that moved: hidden from help, one note on stderr, then that very group.
+
+    It shares the group's callback, parameters and subcommands, so the old
+    name cannot drift from the new one; only the usage line says the old name.
+    """
+
+    def __init__(self, name, moved_to, target):
+        super().__init__(name, commands=target.commands, callback=target.callback, params=target.params,
+                         help=target.help, invoke_without_command=target.invoke_without_command,
+                         no_args_is_help=target.no_args_is_help, context_settings=target.context_settings,
+                         hidden=True)
+        self.note = "Note: 'slurmkit %s' is now 'slurmkit %s'" % (name, moved_to)
+
+    def parse_args(self, ctx, args):
+        if not ctx.resilient_parsing:      # not while the shell completes a word
+            click.echo(self.note, err=True)
+        return super().parse_args(ctx, args)
 
 
 @click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings=CONTEXT)

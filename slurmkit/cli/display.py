@@ -201,7 +201,7 @@ def _when(epoch) -> str:
 
 
 def tracked_text(tracked) -> str:
-    """``slurmkit jobs``: each tracked job, then its attempts with why each was (not) restarted."""
+    """``slurmkit daemon jobs``: each tracked job, then its attempts with why each was (not) restarted."""
     if not tracked:
         return "no tracked jobs (submit with --auto-requeue)"
     blocks = []

@@ -1,7 +1,14 @@
-"""Requeue commands: ``daemon run|once`` and ``jobs [stop]``.  Thin commands over :mod:`slurmkit.requeue`."""
+"""Requeue commands: ``daemon run|once|jobs [stop]``.  Thin commands over :mod:`slurmkit.requeue`.
+
+``slurmkit daemon jobs`` was the tracked-jobs listing's first name; beside ``status``
+(the user's jobs on every cluster) and the ``jobs`` library module it made a
+newcomer guess which jobs it meant, so it lives under ``daemon`` now, and the
+old name stays as a hidden alias that says so.
+"""
 
 import click
 
+from slurmkit.cli.commands import MovedGroup
 from slurmkit.cli.options import CONTEXT, StrictFloat, StrictInt, json_option, print_json
 
 _JOURNAL = click.option("--journal", metavar="FILE", envvar="SLURMKIT_JOURNAL",
@@ -17,6 +24,7 @@ def daemon():
     Examples:
       slurmkit daemon run                 # foreground; systemd units: systemd/ in the repository
       slurmkit daemon once                # one cycle, for cron
+      slurmkit daemon jobs                # what it tracks, and why each was (not) restarted
     """
 
 
@@ -74,19 +82,19 @@ def daemon_once(journal, as_json):
     return 1 if report.errors else 0
 
 
-@click.group("jobs", context_settings=CONTEXT, invoke_without_command=True)
+@daemon.group("jobs", context_settings=CONTEXT, invoke_without_command=True)
 @_JOURNAL
 @json_option
 @click.option("--all", "show_all", is_flag=True, help="Also jobs that completed or were stopped.")
 @click.pass_context
-def jobs(ctx, journal, as_json, show_all):
+def daemon_jobs(ctx, journal, as_json, show_all):
     """Tracked jobs: attempts, states, checkpoints, and why each was (not) restarted.
 
     \b
     Examples:
-      slurmkit jobs
-      slurmkit jobs --all --json
-      slurmkit jobs stop 3 --cancel
+      slurmkit daemon jobs
+      slurmkit daemon jobs --all --json
+      slurmkit daemon jobs stop 3 --cancel
     """
     ctx.obj = journal
     if ctx.invoked_subcommand is not None:
@@ -105,7 +113,7 @@ def jobs(ctx, journal, as_json, show_all):
         click.echo(display.tracked_text(tracked))
 
 
-@jobs.command("stop", context_settings=CONTEXT)
+@daemon_jobs.command("stop", context_settings=CONTEXT)
 @click.option("--cancel", is_flag=True, help="Also cancel the job's running or pending attempt.")
 @click.argument("tracked_id", type=StrictInt(min=1), metavar="ID")
 @click.pass_obj
@@ -114,7 +122,7 @@ def jobs_stop(journal, cancel, tracked_id):
 
     \b
     Example:
-      slurmkit jobs stop 3 --cancel
+      slurmkit daemon jobs stop 3 --cancel
     """
     from slurmkit.requeue import tracking
     from slurmkit.requeue.daemon import SiteSessions
@@ -127,3 +135,7 @@ def jobs_stop(journal, cancel, tracked_id):
         sessions.close()
         store.close()
     click.echo("job %d: %s" % (tracked.id, tracked.reason))
+
+
+# The old name: hidden from help and the docs, one note on stderr, then the same group.
+jobs = MovedGroup("jobs", "daemon jobs", daemon_jobs)

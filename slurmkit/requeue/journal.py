@@ -2,7 +2,7 @@
 
 One file per user (``$SLURMKIT_STATE_DIR``, else ``$XDG_STATE_HOME/slurmkit``,
 else ``~/.local/state/slurmkit``; ``requeue.db``).  Write-ahead logging lets
-``slurmkit jobs`` read while the daemon writes, and every change is one
+``slurmkit daemon jobs`` read while the daemon writes, and every change is one
 transaction, so a crash (kill -9 at any moment) leaves the file as it was
 before or after a step, never between.
 
@@ -230,7 +230,7 @@ class Journal:
                        "WHERE id=? AND phase='intent'", (str(job_id), cluster, self.clock.time(), attempt_id))
 
     def observed(self, attempt_id: int, *, state: str, nodes: str = "", started_at=None) -> None:
-        """A live attempt's current state (running, its nodes): shown by ``slurmkit jobs``."""
+        """A live attempt's current state (running, its nodes): shown by ``slurmkit daemon jobs``."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET state=?, nodes=CASE WHEN ?='' THEN nodes ELSE ? END, "
                        "started_at=COALESCE(?, started_at), updated=? WHERE id=? AND phase='submitted'",
@@ -381,7 +381,7 @@ class Journal:
     def job(self, tracked_id: int) -> Tracked:
         found = self.jobs(ids=[tracked_id])
         if not found:
-            raise SlurmkitError("no tracked job %s in %s; `slurmkit jobs` lists them" % (tracked_id, self.path))
+            raise SlurmkitError("no tracked job %s in %s; `slurmkit daemon jobs` lists them" % (tracked_id, self.path))
         return found[0]
 
     def counts(self) -> Dict[str, int]:

@@ -25,7 +25,7 @@ Failures, each made by Slurm itself, then restarted (or not) by the daemon:
 
 After each failure a newer, incomplete checkpoint is put next to the
 complete ones (what a node dying mid-save leaves); the daemon must skip it,
-say so in ``slurmkit jobs --json``, and resume from the one before.  Every
+say so in ``slurmkit daemon jobs --json``, and resume from the one before.  Every
 restarted job runs to its end and its output is read: the resumed step, and
 ``final rank=R step=S loss=L`` with S = --steps and the same L on every rank.
 
@@ -375,7 +375,7 @@ def resumed(text):
 
 def check_restart(result, user, cause, steps, world):
     """What every restarted scenario shares: resumed from the newest complete checkpoint, the partial
-    newer one skipped (and said so in `slurmkit jobs --json`), trained to the end on every rank."""
+    newer one skipped (and said so in `slurmkit daemon jobs --json`), trained to the end on every rank."""
     found, partial, tracked, second = result["found"], result["partial"], result["tracked"], result["second"]
     first = tracked["attempts"][0]
     assert first["cause"] == cause and first["phase"] == "decided", first
@@ -905,12 +905,12 @@ def test_a_transient_exit_of_one_torchrun_worker_is_the_jobs_and_restarts(scenar
     assert "exit rank=0 step=30" not in text, text[-3000:]
     # The launchers said something else (torchrun 1; srun 143, or 137 when a node's torchrun
     # outlived KillWait on a loaded machine); the job script said 42, and the daemon recorded it
-    # (slurmkit jobs --json).
+    # (slurmkit daemon jobs --json).
     found = re.search(r"^slurmkit: the step ended with status (\d+); the first worker to fail \(rank 1 on \S+\) "
                       r"exited 42: the job exits 42$", text, re.M)
     assert found and found.group(1) != "42", text[-3000:]
     assert result["first_state"] == "FAILED" and first["exit_code"] == TRANSIENT and first["signal"] in (None, 0)
-    print("\nattempt 1 as `slurmkit jobs --json` shows it: %s" % json.dumps(
+    print("\nattempt 1 as `slurmkit daemon jobs --json` shows it: %s" % json.dumps(
         {k: first[k] for k in ("state", "exit_code", "signal", "cause", "decision")}))
     assert result["found"].step == 30
     check_restart(result, user, "transient_exit", steps=60, world=2)
@@ -926,7 +926,7 @@ def test_a_non_transient_exit_of_one_torchrun_worker_is_not_restarted(scenarios)
     assert result["first_state"] == "FAILED"
     assert tracked["state"] == "stopped" and len(tracked["attempts"]) == 1, tracked
     first = tracked["attempts"][0]
-    print("\nattempt 1 as `slurmkit jobs --json` shows it: %s" % json.dumps(
+    print("\nattempt 1 as `slurmkit daemon jobs --json` shows it: %s" % json.dumps(
         {k: first[k] for k in ("state", "exit_code", "signal", "cause", "decision")}))
     assert first["exit_code"] == 3 and first["cause"] == "failed", first
     assert "exit code 3" in tracked["reason"] and "not a transient failure" in tracked["reason"]

@@ -341,7 +341,7 @@ def test_auto_requeue_restarts_only_the_task_whose_node_failed_from_its_own_chec
     sweep_id = proc.stdout.strip()
     cancel_after.append((sweep_id, None))
     assert "its tasks are tracked" in proc.stderr
-    tracked = json.loads(slurmkit(tmp_path, "jobs", "--json").stdout)
+    tracked = json.loads(slurmkit(tmp_path, "daemon", "jobs", "--json").stdout)
     assert sorted(t["name"] for t in tracked) == sorted("%s/%s" % (sweep_id, p["point"])
                                                         for p in status(tmp_path, sweep_id)["points"])
 
@@ -395,7 +395,7 @@ def test_auto_requeue_restarts_only_the_task_whose_node_failed_from_its_own_chec
 
     last = json.loads(slurmkit(tmp_path, "daemon", "once", "--json").stdout)
     assert [state for _, state in last["finished"]] == ["COMPLETED"] and last["restarted"] == []
-    tracked = {t["name"]: t for t in json.loads(slurmkit(tmp_path, "jobs", "--all", "--json").stdout)}
+    tracked = {t["name"]: t for t in json.loads(slurmkit(tmp_path, "daemon", "jobs", "--all", "--json").stdout)}
     assert {t["state"] for t in tracked.values()} == {"completed"} and len(tracked) == 4
     mine = tracked["%s/%s" % (sweep_id, slow["point"])]
     assert [(a["state"], a["resume_step"]) for a in mine["attempts"]] == [("NODE_FAIL", None), ("COMPLETED", newest)]

@@ -88,7 +88,7 @@ class User:
         return report
 
     def tracked(self):
-        jobs = json.loads(slurmkit(self.env, "jobs", "--json", "--all").stdout)
+        jobs = json.loads(slurmkit(self.env, "daemon", "jobs", "--json", "--all").stdout)
         assert len(jobs) == 1, jobs
         return jobs[0]
 

@@ -18,6 +18,8 @@ def _all_commands(group, prefix=()):
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)
+        if command.hidden:
+            continue       # an old name kept as an alias: test_an_old_command_name_... below
         yield prefix + (name,), command
         if isinstance(command, click.Group):
             yield from _all_commands(command, prefix + (name,))
@@ -38,6 +40,22 @@ def test_every_command_has_help_text(capsys):
         for param in command.params:
             if isinstance(param, click.Option):
                 assert param.help, "option %s of %s has no help" % (param.opts, " ".join(path))
+
+
+def test_an_old_command_name_is_hidden_says_the_new_one_and_does_the_same(capsys, tmp_path):
+    note = "Note: 'slurmkit jobs' is now 'slurmkit daemon jobs'\n"
+    code, out, _ = run_main(capsys, "--help")
+    assert code == 0 and "  daemon " in out and "  jobs " not in out
+    journal = tmp_path / "requeue.db"
+    new = run_main(capsys, "daemon", "jobs", "--all", "--json", "--journal", journal)
+    old = run_main(capsys, "jobs", "--all", "--json", "--journal", journal)
+    assert new == (0, "[]\n", "") and old == (0, "[]\n", note)
+    new = run_main(capsys, "daemon", "jobs", "--journal", journal, "stop", "7")
+    old = run_main(capsys, "jobs", "--journal", journal, "stop", "7")
+    assert new[0] == 1 and "no tracked job 7" in new[2] and "`slurmkit daemon jobs` lists them" in new[2]
+    assert old == (new[0], new[1], note + new[2])
+    code, out, err = run_main(capsys, "jobs", "--help")
+    assert code == 0 and err == note and "slurmkit daemon jobs stop 3 --cancel" in out
 
 
 def test_render_prints_the_script(capsys):

@@ -146,9 +146,12 @@ def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(cluste
     code, out, err = run_main(capsys, *command, "--auto-requeue", "--max-restarts", "2", *SUBMIT[1:])
     sweep_id = out.strip()
     assert code == 0 and "its tasks are tracked: the requeue daemon" in err
-    code, listed, _ = run_main(capsys, "jobs", "--json")
+    code, listed, _ = run_main(capsys, "daemon", "jobs", "--json")
     tracked = json.loads(listed)
     assert code == 0 and len(tracked) == 8 and all(t["name"].startswith(sweep_id + "/") for t in tracked)
+    # The old name still answers, the same, after one note on stderr.
+    code, old_listed, err = run_main(capsys, "jobs", "--json")
+    assert (code, old_listed, err) == (0, listed, "Note: 'slurmkit jobs' is now 'slurmkit daemon jobs'\n")
     assert {json.dumps(t["budget"]) for t in tracked} == {'{"max_restarts": 2}'}
     alpha = clusters["alpha"]
     first, second = list(alpha.arrays)
@@ -162,7 +165,7 @@ def test_auto_requeue_sweep_tasks_are_tracked_and_the_daemon_restarts_one(cluste
     assert restart.indices == [1] and "export SLURMKIT_ATTEMPT=2" in restart.script
     code, out, _ = run_main(capsys, "sweep", "status", sweep_id, "--json")
     assert json.loads(out)["counts"] == {"COMPLETED": 7, "PENDING": 1}
-    code, out, err = run_main(capsys, "jobs")                              # the human view of the same
+    code, out, err = run_main(capsys, "daemon", "jobs")                    # the human view of the same
     named = [ln for ln in out.splitlines() if ln.split()[1:2] and ln.split()[1].startswith(sweep_id + "/")]
     assert code == 0 and err == "" and len(named) == 1 and " ACTIVE " in named[0]   # the restarted point only
     code, out, err = run_main(capsys, "daemon", "once")
