@@ -156,7 +156,7 @@ def _lines(value) -> Tuple[str, ...]:
     items = (value,) if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(line, str) for line in items):
         raise UsageError("executor parameter slurm_setup=%r: give a list of shell lines (strings)" % (value,))
-    from slurmkit.script.render import check_setup_lines
+    from slurmkit.script.quoting import check_setup_lines
 
     check_setup_lines(items, "executor parameter slurm_setup")
     return tuple(items)

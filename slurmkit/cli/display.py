@@ -75,7 +75,7 @@ def site_text(site) -> str:
 
 def topology_report(session, cluster_name=None, partition_name=None, detail=None) -> str:
     from slurmkit.script import topology
-    from slurmkit.script.render import gres_name
+    from slurmkit.script.sbatch_header import gres_name
 
     cluster = session.site.cluster(cluster_name)
     backend = session.backend(cluster.name)

@@ -182,7 +182,7 @@ def json_option(func):
 def _parse_env(ctx, param, values):
     """``KEY=VALUE`` items as a dict; a name Slurm or the job's shell owns is refused here, with the option."""
     from slurmkit.errors import UsageError
-    from slurmkit.script.render import check_env_name
+    from slurmkit.script.quoting import check_env_name
 
     env = {}
     for item in values:

@@ -17,11 +17,11 @@ def templates(site):
       slurmkit templates --site mysite
     """
     from slurmkit.cli import display
-    from slurmkit.script import render as rendering
+    from slurmkit.script import templates as job_templates
     from slurmkit.site import find_site
 
     site_obj = find_site(site) if site else None
-    click.echo(display.templates_table(rendering.available_templates(site_obj), rendering.template_description))
+    click.echo(display.templates_table(job_templates.available_templates(site_obj), job_templates.template_description))
 
 
 @click.command(context_settings=CONTEXT)

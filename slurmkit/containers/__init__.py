@@ -10,7 +10,7 @@
   options for ``srun`` itself, or a command put in front of the task.
 
 The runtime wraps the training step only: the batch script stays on the host, where
-Slurm's commands are.  The script renderer (:mod:`slurmkit.script.render`) chooses the
+Slurm's commands are.  The script renderer (:mod:`slurmkit.script.container_launch`) chooses the
 adapter from the site's ``containers`` settings and prints what it returns into the
 templates' launch lines, with the in-job checks (the runtime is on the node, the image is
 there, the task really runs in the image).

@@ -90,7 +90,7 @@ def _login(lines: List[str], login) -> None:
 
 
 def _cluster(lines: List[str], draft: ClusterDraft) -> None:
-    from slurmkit.script.render import slurm_duration
+    from slurmkit.script.sbatch_header import slurm_duration
 
     facts = draft.facts
     lines.append("  %s:" % facts.name)

@@ -39,7 +39,8 @@ from slurmkit.errors import (ConnectTimeoutError, JobDoesNotFitError, RemoteErro
 from slurmkit.jobs import (JobRef, Submission, account_on, check_output_place, job_with_token, new_token, prepare,
                            submit_once, token_lock)
 from slurmkit.results import GroupError, GroupResult, each
-from slurmkit.script.render import JobSpec, RenderedJob, check_fit, gres_name
+from slurmkit.script.render import JobSpec, RenderedJob
+from slurmkit.script.sbatch_header import check_fit, gres_name
 from slurmkit.session import Session
 from slurmkit.site.model import Cluster, Partition, Site
 

@@ -381,7 +381,7 @@ def locate_file(session: "Session", ref: LogRef, path: str, stream: str = "out")
 
 def _tracked_pattern(tracked, record: JobRecord, stream: str) -> Optional[str]:
     """The output pattern of a tracked job from its spec (22.05's accounting keeps none)."""
-    from slurmkit.script.render import output_file_name
+    from slurmkit.script.sbatch_header import output_file_name
 
     spec = tracked.spec or {}
     pattern = spec.get("output") or output_file_name(spec.get("name") or record.name)

@@ -24,7 +24,8 @@ import zlib
 from typing import Callable, Optional, Tuple
 
 from slurmkit.cache import private_dir, write_private
-from slurmkit.script.render import TEMPLATE_SUFFIX, RenderedJob, template_dirs
+from slurmkit.script.render import RenderedJob
+from slurmkit.script.templates import TEMPLATE_SUFFIX, template_dirs
 
 PLACEHOLDER_PREFIX = "slurmkit-cache-placeholder-"
 

@@ -28,7 +28,7 @@ def _directive_args(text: str) -> List[str]:
     separates arguments, double quotes group (single quotes are ordinary
     characters), a backslash escapes the next character, and an unescaped
     ``#`` ends the line even inside quotes.  An empty argument (``""``) ends
-    the line too.  This is the quoting ``slurmkit.script.render.sbatch_quote`` writes.
+    the line too.  This is the quoting ``slurmkit.script.quoting.sbatch_quote`` writes.
     """
     args: List[str] = []
     i, n = 0, len(text)

@@ -29,7 +29,8 @@ import shlex
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
-from slurmkit.script.render import script_part, shell_quote_line
+from slurmkit.script.quoting import shell_quote_line
+from slurmkit.script.templates import script_part
 from slurmkit.site.model import Site
 from slurmkit.slurm.commands import SCRIPT_TRAILER
 from slurmkit.sweep.points import Point, env_name

@@ -239,7 +239,7 @@ def test_the_parts_import_each_other_without_cycles():
 
 @pytest.mark.parametrize("module,homes", [
     ("paramiko", {"slurmkit.remote.connect"}),
-    ("jinja2", {"slurmkit.script.render"}),
+    ("jinja2", {"slurmkit.script.templates"}),
     ("yaml", {"slurmkit.site.loader"}),
     ("pyslurm", {"slurmkit.slurm.pyslurm_backend"}),
     ("ClusterShell", {"slurmkit.slurm.hostlist"}),

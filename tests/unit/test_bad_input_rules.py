@@ -25,6 +25,7 @@ from slurmkit.cli import debug_requested, main, undecodable_argument
 from slurmkit.cli.options import StrictFloat, StrictInt
 from slurmkit.errors import ConfigError, SlurmkitError, UsageError
 from slurmkit.script import render as rendering
+from slurmkit.script import templates
 from slurmkit.site import load_site, validate_files
 from slurmkit.site.loader import MAX_VALUES, SITE_FILE_LIMIT
 from slurmkit.slurm.parsers import first_error_line
@@ -286,8 +287,8 @@ def test_a_removed_working_directory_is_refused_before_sbatch(tmp_path, monkeypa
 
 def test_templates_lists_an_unreadable_template_without_failing(tmp_path, capsys):
     site = _site_with_template(tmp_path, {"latin.sh.j2": b"{# caf\xe9 #}\n"})
-    path = rendering.available_templates(site)["latin"]
-    assert rendering.template_description(path).startswith("(unreadable: not UTF-8")
+    path = templates.available_templates(site)["latin"]
+    assert templates.template_description(path).startswith("(unreadable: not UTF-8")
 
 
 def test_submit_refuses_before_sbatch_on_a_local_cluster(tmp_path, monkeypatch):
@@ -632,7 +633,7 @@ def _site_with_template(tmp_path, files):
     ({"mine.sh.j2": "{{ nothing_like_this }}"}, "undefined value"),
     ({"mine.sh.j2": "{% if %}"}, "mine.sh.j2 line 1"),
     ({"mine.sh.j2": b"#!/bin/bash\n# caf\xe9\n"}, "mine.sh.j2:2: not UTF-8"),
-    ({"mine.sh.j2": '{% include "_big.sh.j2" %}', "_big.sh.j2": "#" * (rendering.TEMPLATE_LIMIT + 1)},
+    ({"mine.sh.j2": '{% include "_big.sh.j2" %}', "_big.sh.j2": "#" * (templates.TEMPLATE_LIMIT + 1)},
      "refused"),
     ({"mine.sh.j2": "#!/bin/bash\necho hi\n{% for d in directives %}#SBATCH {{ d }}\n{% endfor %}"},
      "before #SBATCH --job-name"),
@@ -650,7 +651,7 @@ def test_an_included_fifo_answers_at_once(tmp_path):
     site = _site_with_template(tmp_path, {"mine.sh.j2": '{% include "_fifo.sh.j2" %}'})
     os.mkfifo(tmp_path / "templates" / "_fifo.sh.j2")
     os.mkfifo(tmp_path / "templates" / "pipe.sh.j2")
-    assert "pipe" not in rendering.available_templates(site)       # never offered, never read
+    assert "pipe" not in templates.available_templates(site)       # never offered, never read
     cluster = site.cluster("alpha")
     start = time.monotonic()
     with pytest.raises(ConfigError, match="FIFO"):

@@ -16,7 +16,7 @@ import pytest
 from slurmkit.containers import catalog, grammar, runtimes
 from slurmkit.errors import UsageError
 from slurmkit.requeue.tracking import spec_from_plain, spec_to_plain
-from slurmkit.script import render
+from slurmkit.script import container_launch, quoting, render
 from slurmkit.script.topology import ClusterLayout
 from slurmkit.site import load_site
 from slurmkit.site.model import ContainerSettings
@@ -97,7 +97,7 @@ REQUEST = runtimes.Request(image="/img/x", mounts=(grammar.Mount("/data", "/mnt/
 
 
 def _text(words):
-    return runtimes.words_text(words, render.shell_quote)
+    return runtimes.words_text(words, quoting.shell_quote)
 
 
 def test_pyxis_names_every_variable_that_must_win_and_mounts_the_rdma_devices():
@@ -345,7 +345,7 @@ def _check(*args, prefix=()):
     here = subprocess.run(["bash", "-c", "while read -r a _ _ _ m _; do [[ $m == / ]] && r=$a; done "
                            "</proc/self/mountinfo; echo $r; readlink /proc/self/ns/net"],
                           capture_output=True, text=True, check=True).stdout.split()
-    return subprocess.run(list(prefix) + ["bash", "-c", render.IN_IMAGE_CHECK, "slurmkit-in-image", "img:1"] +
+    return subprocess.run(list(prefix) + ["bash", "-c", container_launch.IN_IMAGE_CHECK, "slurmkit-in-image", "img:1"] +
                           [here[0], here[1]] + list(args), capture_output=True, text=True)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.script import collective, render
+from slurmkit.script import collective, quoting, render, sbatch_header
 from slurmkit.errors import JobDoesNotFitError, UsageError
 from slurmkit.site import load_site
 from slurmkit.site.model import Fabric, Partition, RoceSettings
@@ -128,9 +128,9 @@ def test_control_characters_cannot_reach_an_sbatch_line(name):
 
 
 def test_sbatch_quote():
-    assert render.sbatch_quote("gpu") == "gpu"
-    assert render.sbatch_quote("a b") == '"a b"'
-    assert render.sbatch_quote('say "hi" \\o/') == '"say \\"hi\\" \\\\o/"'
+    assert quoting.sbatch_quote("gpu") == "gpu"
+    assert quoting.sbatch_quote("a b") == '"a b"'
+    assert quoting.sbatch_quote('say "hi" \\o/') == '"say \\"hi\\" \\\\o/"'
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -434,7 +434,7 @@ def test_more_workers_than_gpus_is_a_warning():
     ("x" * 300, "slurmkit-%s-%%j.out" % ("x" * 100)),
 ])
 def test_default_output_file_is_safe_for_any_job_name(name, output):
-    assert render.output_file_name(name) == output
+    assert sbatch_header.output_file_name(name) == output
     assert "/" not in output and output.count("%") == 1
 
 

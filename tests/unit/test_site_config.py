@@ -725,7 +725,7 @@ def test_pure_python_parser_reports_the_same(tmp_path, monkeypatch):
 def test_a_fabric_env_name_follows_the_rule_of_env(tmp_path, name, needle):
     # A site's fabric env and a user's --env are both exported by the job script: one rule for both.
     from slurmkit import envnames
-    from slurmkit.script.render import check_env_name
+    from slurmkit.script.quoting import check_env_name
 
     path = tmp_path / "site.yaml"
     path.write_text("site: t\nclusters:\n  c:\n    partitions:\n      cpu:\n        accelerator: none\n"

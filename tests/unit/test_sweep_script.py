@@ -279,14 +279,14 @@ def test_a_signal_to_the_tasks_shell_reaches_the_program_which_ends_the_task(env
 def test_the_supervise_loop_is_written_once_and_every_script_runs_that_one():
     from pathlib import Path
 
-    from slurmkit.script import render
+    from slurmkit.script import render, templates
     from slurmkit.site.loader import load_site
 
     root = Path(__file__).resolve().parents[2]
     sources = sorted(root.glob("templates/*.j2")) + sorted((root / "slurmkit").rglob("*.py"))
     loops = [p.relative_to(root) for p in sources if 'wait "$' in p.read_text(encoding="utf-8")]
     assert [str(p) for p in loops] == ["templates/_supervise.sh.j2"]
-    part = render.script_part("_supervise.sh.j2")
+    part = templates.script_part("_supervise.sh.j2")
     assert part.startswith("# slurmkit_supervise ") and "{#" not in part and part.count("slurmkit_supervise() {") == 1
     site = load_site(str(root / "site_configs" / "local.yaml"))
     cluster = site.cluster()
@@ -300,13 +300,13 @@ def test_a_sites_own_supervise_loop_is_the_one_its_sweep_tasks_run(env):
     # Jinja's include finds a site's _supervise.sh.j2 before the built-in one: the array script,
     # which reads the part without Jinja, must find the same file, or a site's change (here: a
     # line that records each supervised start) reaches its jobs but not its sweeps.
-    from slurmkit.script import render
+    from slurmkit.script import templates
     from slurmkit.testing import fake_site
 
     tmp_path, journal = env
     own = tmp_path / "site-templates"
     own.mkdir()
-    with open(os.path.join(render.BUILTIN_TEMPLATES, "_supervise.sh.j2"), encoding="utf-8") as f:
+    with open(os.path.join(templates.BUILTIN_TEMPLATES, "_supervise.sh.j2"), encoding="utf-8") as f:
         builtin = f.read()
     marker = tmp_path / "supervised"
     (own / "_supervise.sh.j2").write_text(builtin.replace(
