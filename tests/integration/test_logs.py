@@ -251,27 +251,27 @@ def accounted(ref, complete):
 
 
 def test_eff_of_a_busy_two_node_job_shows_its_cpu_memory_and_gpu_hours(devcluster, tmp_path):
-    # Two tasks each touching 300 MiB and keeping a CPU busy for 4 s; --acctg-freq=1 samples memory each
-    # second (the cluster's default, 30 s, would not sample a job this short).
+    # Two tasks each touching 300 MiB and using 3 s of CPU time (time.process_time: what they get of a CPU,
+    # however loaded the machine is); --acctg-freq=1 samples memory each second (the cluster's default, 30 s,
+    # would not sample a job this short).
     job = sbatch("alpha", "-N", "2", "-n", "2", "--mem=1G", "--gres=gpu:2", "-t", "5", "--acctg-freq=1",
                  "-o", str(tmp_path / "e-%j.out"), script(tmp_path, (
                      "srun python3 -c '\n"
                      "import time\n"
                      "x = bytearray(300 * 1024 * 1024)\n"
                      "for i in range(0, len(x), 4096): x[i] = 1\n"
-                     "t = time.time()\n"
-                     "while time.time() - t < 4: pass\n'\n")))
+                     "while time.process_time() < 3: pass\n'\n")))
     wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
     data = accounted("alpha:" + job, lambda d: d["peak_rss_bytes"])
     assert data["state"] == "COMPLETED" and len(data["attempts"]) == 1
-    # Both tasks spin for 4 s of wall time, but nothing confines them to their CPUs here (no cgroups) and
-    # the machine runs other suites: how much of the allocation they kept busy is the load's, not eff's
-    # (53 % in a CI run of both releases at once).  What eff must get right: the ratio of accounting's
-    # CPU time to elapsed x CPUs, far from an idle job's, and its verdict on that figure.
+    # How much of the allocation the tasks kept busy is the machine's load, not eff's (nothing confines them to
+    # their CPUs here, and other suites run: 53 % in one CI run, 16 % in another).  What eff must get right:
+    # the CPU time the tasks really used (at least their 2 x 3 s), its ratio to elapsed x CPUs, and its
+    # verdict on that figure.
     attempt = data["attempts"][0]
+    assert attempt["cpu_s"] >= 2 * 3 * 0.95, data
     used = 100.0 * attempt["cpu_s"] / (attempt["elapsed_s"] * attempt["cpus"])   # elapsed in whole seconds
     assert data["cpu_efficiency_pct"] == pytest.approx(min(100.0, used), abs=1.0), data
-    assert data["cpu_efficiency_pct"] > 25, data
     assert 300 << 20 <= data["peak_rss_bytes"] < 1 << 30, data
     assert data["mem_per_node_bytes"] == 1 << 30
     assert data["gpus"] == 4 and data["gpu_hours"] == data["elapsed_s"] * 4 / 3600.0
