@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAS_CH_RUN, IMAGE, IMAGE_PYTHON, alpha_with_runtime, job_info, needs_image, wait_job_state
+from conftest import (HAS_CH_RUN, IMAGE, IMAGE_PYTHON, alpha_with_runtime, job_info, needs_image, slurm_version,
+                      wait_job_state)
 from harness import one_error_line, run_slurmkit, wait_until
 from training_output import TRAIN, check_training
 
@@ -228,6 +229,25 @@ def test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_on
         return
     assert "without its own Slurm variables (SLURM_PROCID" in text, text
     assert job_info("beta", job["job_id"])["JobState"] == "FAILED"
+
+
+@pytest.mark.slow
+@needs_runc
+def test_two_node_ddp_trains_in_an_oci_bundle_with_torchrun(image, tmp_path, oci_site_with_repo):
+    # The torchrun template under Slurm's OCI runtime: one launcher per node, each in its own runc container
+    # on beta, meeting at the first node's address.  The bundle has the clone (the training program), as
+    # an OCI job's mounts come from the bundle alone; the checkpoints go to the job's directory (/tmp).
+    if slurm_version("beta").startswith("22.05"):
+        pytest.skip("Slurm 22.05's --container passes only srun's variables: several tasks of a step stop with "
+                    "one line (test_several_tasks_of_an_oci_step_without_their_slurm_variables_stop_with_one_line)")
+    job, text = run_to_end(tmp_path, "-N", "2", "--procs-per-node", "2", "--image", IMAGE, "--", IMAGE_PYTHON,
+                           TRAIN, "--steps", "20", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every",
+                           "10", timeout=240, cluster="beta", partition="gpu", site=oci_site_with_repo)
+    assert job["template"] == "torchrun" and job["runtime"] == "oci"
+    started = check_training(text, world=4, steps=20)
+    assert len({s[2] for s in started.values()}) == 2 and {s[3] for s in started.values()} <= {
+        "127.0.2.%d" % n for n in range(11, 14)}, started
+    assert "checkpoint step=20" in text and (tmp_path / "ckpt").is_dir()
 
 
 @pytest.mark.parametrize("runtime", ["apptainer", "podman-hpc"])
