@@ -15,11 +15,11 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
-from slurmkit.script.render import JobSpec, RenderedJob, render
 from slurmkit.session import Session
 
-if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo nor a GroupResult
+if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo nor a GroupResult, status never renders
     from slurmkit.results import GroupResult
+    from slurmkit.script.render import JobSpec, RenderedJob
     from slurmkit.slurm.types import JobInfo
 
 # Whole-string patterns (fullmatch, ASCII): "$" would let a trailing newline
@@ -90,6 +90,7 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
                 raise UsageError("--comm heavy needs the topology of cluster %s, which could not be read (%s); "
                                  "give the leaf switch count with --switches N" % (target.name, exc)) from None
     from slurmkit.script.cache import render_cached
+    from slurmkit.script.render import render   # here: status, wait and cancel never render
 
     return render_cached(site, target, part, spec, layout, render)
 

@@ -8,7 +8,8 @@ The rules (docs/architecture.md, "The rules the tests enforce"):
 - the parts (subpackages and top-level modules) import each other without cycles;
 - each heavy or optional third-party module has one home (paramiko: remote/connect.py);
 - a private name (``_name``) is used only in the module that defines it;
-- a repeated submission pays for none of them (measured in a fresh process).
+- a repeated submission pays for none of them, nor do status, logs, why and --help, which load
+  no renderer either (measured in a fresh process).
 """
 
 import ast
@@ -319,6 +320,48 @@ def test_a_repeated_render_imports_no_heavy_module(tmp_path):
                                       check=True, cwd=str(ROOT)).stdout) for _ in range(2)]
     assert runs[0][0] == 0 and "jinja2" in runs[0][1] and "yaml" in runs[0][1]   # the first one really renders
     assert runs[1] == [0, []]
+
+
+# What the commands typed all day (status, logs, why and every --help) must not load: the heavy
+# libraries, and the renderer with its templates (only render, submit and sweep make a script).
+NOT_FOR_LOOKUPS = HEAVY + ("slurmkit.script.render", "slurmkit.script.templates", "slurmkit.script.cache")
+
+
+def _loaded_after(argv, env):
+    """[exit code, the NOT_FOR_LOOKUPS modules loaded] of ``slurmkit argv`` in a fresh interpreter."""
+    code = ("import sys, json, io, contextlib\n"
+            "from slurmkit.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    code = main(%r)\n"
+            "print(json.dumps([code, sorted(m for m in %r if m in sys.modules)]))\n" % (list(argv), NOT_FOR_LOOKUPS))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=str(ROOT)).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["logs", "--help"], ["why", "--help"],
+                                  ["submit", "--help"]])
+def test_help_imports_no_heavy_module(argv, tmp_path):
+    """Help is read while typing: it loads click and the command modules, nothing else worth a millisecond."""
+    env = dict(os.environ, SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    assert _loaded_after(argv, env) == [0, []]
+
+
+@pytest.mark.parametrize("argv", [["status", "hopper:1"], ["logs", "-n", "20", "hopper:1"],
+                                  ["why", "--here", "hopper:1"]])
+def test_a_lookup_imports_no_heavy_module(argv, tmp_path):
+    """status, logs and why, once the site file's parse is cached, load neither YAML nor Jinja2 nor the
+    renderer nor pyslurm.  The cluster's slurm.conf is missing, so each stops with one error line
+    where it would first run a Slurm command: everything it imports to get there is loaded by then."""
+    site = tmp_path / "site.yaml"
+    site.write_text((ROOT / "site_configs" / "example-infiniband.yaml").read_text().replace(
+        "slurm_conf: /etc/slurm/slurm.conf", "slurm_conf: %s" % (tmp_path / "missing" / "slurm.conf")))
+    env = dict(os.environ, SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1",
+               SLURMKIT_VIA="local", SLURMKIT_SITE=str(site))
+    env.pop("SLURMKIT_BACKEND", None)
+    first = _loaded_after(argv, env)
+    assert first[0] == 1 and "yaml" in first[1]          # it got as far as Slurm; the first run parsed the site
+    assert _loaded_after(argv, env) == [1, []]
 
 
 def test_test_files_have_unique_names():
