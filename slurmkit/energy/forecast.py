@@ -10,10 +10,20 @@ one that is not JSON (a file cut off mid-write), holds a value that is not a
 finite number, is negative or beyond any real grid, has points out of order,
 or is stale (its last point ends before now).  Whoever reads it falls back to
 the site's hourly profile, with one warning line (:mod:`slurmkit.energy.model`).
+
+A site may instead name a command that prints the forecast (a Carbon Aware
+SDK CLI, a script asking its grid operator): :func:`command_forecast` runs it
+(its words, no shell) with a timeout, its output bounded on disk, not in
+memory, and refuses a command that fails, is slow or prints too much, as it
+refuses a bad file.
 """
 
 import json
 import math
+import os
+import signal
+import subprocess
+import tempfile
 from datetime import datetime, timedelta, timezone
 from typing import List, NamedTuple, Optional, Sequence
 
@@ -164,4 +174,39 @@ def read_forecast(path: str, now: datetime, location: Optional[str] = None) -> F
         text = textfile.read_text(path, FORECAST_FILE_LIMIT)
     except textfile.FileProblem as exc:
         raise ForecastProblem(str(exc)) from None
+    return parse_forecast(text, now, location)
+
+
+def command_forecast(argv, timeout: float, now: datetime, location: Optional[str] = None) -> Forecast:
+    """The forecast ``argv`` prints on its output within ``timeout`` seconds, checked (:func:`parse_forecast`);
+    ForecastProblem when it cannot be started, fails, runs too long or prints too much."""
+    name = os.path.basename(argv[0])
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            # A session of its own: at the timeout its children (a curl it started) go with it.
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ForecastProblem("command %s could not start: %s" % (name, exc.strerror or exc)) from None
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            raise ForecastProblem("command %s printed no forecast within %g s (carbon_forecast_timeout)"
+                                  % (name, timeout)) from None
+        if status != 0:
+            err.seek(0)
+            said = [ln.strip() for ln in err.read(4096).decode("utf-8", "replace").splitlines() if ln.strip()]
+            raise ForecastProblem("command %s exited with status %d%s" % (
+                name, status, ": %s" % said[-1] if said else ""))
+        size = out.seek(0, os.SEEK_END)
+        if size > FORECAST_FILE_LIMIT:
+            raise ForecastProblem("command %s printed %d bytes, more than a forecast's %d"
+                                  % (name, size, FORECAST_FILE_LIMIT))
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
     return parse_forecast(text, now, location)

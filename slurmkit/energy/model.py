@@ -27,7 +27,7 @@ are local, aware ones are converted.
 from datetime import datetime, timedelta, timezone
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from slurmkit.energy.forecast import Forecast, ForecastProblem, read_forecast
+from slurmkit.energy.forecast import Forecast, ForecastProblem, command_forecast, read_forecast
 from slurmkit.site.model import Cluster, HourWindow, Partition
 
 # Segments are cut on this grid (and where a forecast point starts or ends): every time zone's offset is a
@@ -84,22 +84,29 @@ def job_watts(partition: Partition, nodes: int, gpus_per_node: int) -> Tuple[Opt
 
 
 def carbon_source(cluster: Cluster, now: datetime, read=None) -> CarbonSource:
-    """The cluster's carbon intensity: its forecast file when it passes the checks, else its profile.
+    """The cluster's carbon intensity: its forecast (file or command) when it passes the checks, else its profile.
 
-    A refused forecast (unreadable, cut off, NaN, negative, huge, stale)
-    gives one warning line naming the cluster, the file and the reason, and
-    what is used instead.  ``read``: :func:`read_forecast` when None (a test's fake).
+    A refused forecast (unreadable, cut off, NaN, negative, huge, stale; a
+    command that fails or is slow) gives one warning line naming the cluster,
+    the file or command and the reason, and what is used instead.  ``read``:
+    :func:`read_forecast` when None (a test's fake).
     """
     energy = cluster.energy
     profile = energy.carbon_intensity
-    if not energy.carbon_forecast:
+    if not energy.carbon_forecast and not energy.carbon_forecast_command:
         return CarbonSource(profile)
     try:
-        forecast = (read or read_forecast)(energy.carbon_forecast, _aware(now), energy.carbon_forecast_location)
+        if energy.carbon_forecast:
+            source = energy.carbon_forecast
+            forecast = (read or read_forecast)(source, _aware(now), energy.carbon_forecast_location)
+        else:
+            source = "command %s" % " ".join(energy.carbon_forecast_command)
+            forecast = command_forecast(energy.carbon_forecast_command, energy.carbon_forecast_timeout, _aware(now),
+                                        energy.carbon_forecast_location)
     except ForecastProblem as exc:
         instead = "using the hourly profile" if profile else "carbon is unknown there (no carbon_intensity profile)"
         return CarbonSource(profile, None, "cluster %s: carbon forecast %s refused: %s; %s"
-                            % (cluster.name, energy.carbon_forecast, exc, instead))
+                            % (cluster.name, source, exc, instead))
     return CarbonSource(profile, forecast)
 
 

@@ -138,7 +138,9 @@ def _build_energy(value):
         price_per_kwh=_build_hour_windows(value.get("price_per_kwh"), "price"),
         carbon_intensity=_build_hour_windows(value.get("carbon_intensity"), "value"),
         carbon_forecast=value.get("carbon_forecast"),
-        carbon_forecast_location=value.get("carbon_forecast_location"))
+        carbon_forecast_location=value.get("carbon_forecast_location"),
+        carbon_forecast_command=tuple(value.get("carbon_forecast_command") or ()),
+        carbon_forecast_timeout=float(value.get("carbon_forecast_timeout") or 10.0))
 
 
 def _build_power(value):

@@ -204,6 +204,15 @@ def check_carbon_windows(windows):
     return _check_day_windows(windows, "carbon intensity")
 
 
+def check_carbon_forecast_source(energy):
+    """A cluster's forecast comes from a file or from a command, not both; a timeout is the command's."""
+    if energy.get("carbon_forecast") and energy.get("carbon_forecast_command"):
+        yield ("carbon_forecast_command",), ("give the forecast as a file (carbon_forecast) or as a command "
+                                             "(carbon_forecast_command), not both")
+    if energy.get("carbon_forecast_timeout") is not None and not energy.get("carbon_forecast_command"):
+        yield ("carbon_forecast_timeout",), "carbon_forecast_timeout applies to carbon_forecast_command: add one"
+
+
 def _check_day_windows(windows, noun):
     counts = [0] * 24
     for window in windows:

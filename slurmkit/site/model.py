@@ -232,6 +232,8 @@ class EnergySettings(NamedTuple):
     carbon_intensity: Tuple[HourWindow, ...] = ()    # () : unknown; the profile a forecast falls back to
     carbon_forecast: Optional[str] = None            # a Carbon Aware SDK forecast file, read when planning
     carbon_forecast_location: Optional[str] = None   # which of its locations, when it holds several
+    carbon_forecast_command: Tuple[str, ...] = ()    # or a command printing one, run when planning
+    carbon_forecast_timeout: float = 10.0            # seconds that command may take
 
 
 class LoginNode(NamedTuple):
@@ -346,7 +348,8 @@ def site_from_plain(data: dict) -> Site:
 
     def energy(e):
         return EnergySettings(**dict(e, price_per_kwh=tuple(HourWindow(**w) for w in e["price_per_kwh"]),
-                                     carbon_intensity=tuple(HourWindow(**w) for w in e["carbon_intensity"])))
+                                     carbon_intensity=tuple(HourWindow(**w) for w in e["carbon_intensity"]),
+                                     carbon_forecast_command=tuple(e["carbon_forecast_command"])))
 
     def cluster(c):
         health = ClusterHealth(command=tuple(c["health"]["command"]), ssh=HealthSsh(**c["health"]["ssh"]))

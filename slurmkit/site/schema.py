@@ -59,8 +59,9 @@ from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, 
                                     check_health_skip, check_hours, check_ib_port, check_image_location,
                                     check_image_name, check_mount_path, check_name, check_non_empty,
                                     check_partition, check_port_range, check_power, check_price_windows,
-                                    check_carbon_windows, check_energy_price_windows, check_proxy_jump,
-                                    check_runtime_option, check_site, check_unique, check_variable_name)
+                                    check_carbon_forecast_source, check_carbon_windows, check_energy_price_windows,
+                                    check_proxy_jump, check_runtime_option, check_site, check_unique,
+                                    check_variable_name)
 from slurmkit.site.model import ACCELERATORS, FABRICS
 from slurmkit.times import TIME_FORMATS_TEXT
 
@@ -280,9 +281,17 @@ ENERGY = {
                             "doc": "a JSON forecast file in the Carbon Aware SDK's shape ([{location, timestamp, "
                                    "duration, value}], or its forecast response with forecastData); read when a "
                                    "job is planned"},
+        "carbon_forecast_command": {"type": "list", "items": {"type": "str", "checker": check_non_empty},
+                                    "min_items": 1,
+                                    "doc": "instead of a file: a command (its words, no shell) run when a job is "
+                                           "planned that prints the forecast in the same shape on its output"},
+        "carbon_forecast_timeout": {"type": "number", "above": 0, "max": 300,
+                                    "doc": "seconds the forecast command may take (default 10); a slower one is "
+                                           "stopped and the hourly profile used"},
         "carbon_forecast_location": {"type": "str", "checker": check_non_empty,
                                      "doc": "the location whose points are used when the forecast holds several"},
     },
+    "checker": check_carbon_forecast_source,
 }
 
 LOGIN = {

@@ -189,3 +189,25 @@ def test_a_forecast_wins_over_the_profile_and_a_stale_one_falls_back_with_one_wa
     for stderr in (proc.stderr, run.validated.stderr):                    # submit and site validate alike
         warnings = [line for line in stderr.splitlines() if "carbon forecast" in line]
         assert len(warnings) == 1 and "cluster beta" in warnings[0] and "stale" in warnings[0], stderr
+
+
+def test_a_forecast_command_wins_over_the_profile_and_a_slow_one_falls_back_at_its_timeout(devcluster, green,
+                                                                                            tmp_path):
+    # A site's program prints the forecast (its words, no shell); one that hangs is killed at its timeout.
+    data = tmp_path / "alpha.json"
+    data.write_text(json.dumps(forecast_points(15, 24)))
+    program = tmp_path / "forecast"
+    program.write_text('#!/bin/bash\ncase $1 in alpha) cat "$2" ;; *) sleep 60 ;; esac\n')
+    program.chmod(0o755)
+    run = green({"alpha": {"carbon_intensity": flat(700), "carbon_forecast_command": [str(program), "alpha",
+                                                                                      str(data)]},
+                 "beta": {"carbon_intensity": flat(200), "carbon_forecast_command": [str(program), "beta"],
+                          "carbon_forecast_timeout": 1}})
+    proc = run("submit", "--cluster", "alpha,beta", "--prefer", "green", "--dry-run", "--json", *ONE_GPU, "-t", "5",
+               "--", "true")
+    plan = json.loads(proc.stdout)
+    by_cluster = {w["cluster"]: w for w in plan["windows"]}
+    assert plan["chosen"]["cluster"] == "alpha" and by_cluster["alpha"]["carbon_source"] == "forecast"
+    assert by_cluster["beta"]["carbon_source"] == "profile"
+    warnings = [line for line in proc.stderr.splitlines() if "carbon forecast" in line]
+    assert len(warnings) == 1 and "cluster beta" in warnings[0] and "within 1 s" in warnings[0], proc.stderr

@@ -1,12 +1,16 @@
 """Green compute, first floor: the site's energy keys, forecasts checked or refused, a job's kWh, cost and gCO2e."""
 
 import json
+import os
+import re
 import textwrap
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from slurmkit.cli import display
+from slurmkit.errors import ConfigError
 from slurmkit.energy import forecast as fc
 from slurmkit.energy.model import CarbonSource, carbon_source, expected, job_watts, window_value
 from slurmkit.site import load_site, validate_files
@@ -189,6 +193,78 @@ def test_a_good_forecast_passes_site_validate_without_a_warning(tmp_path):
     good.write_text(json.dumps(points(100, 300)))
     path = write_site(tmp_path, "      carbon_forecast: %s" % good)
     assert not [w for w in display.validate_report([str(path)], now=NOW)[1] if "carbon" in w]
+
+
+def forecast_command(tmp_path, body):
+    """A real program (bash) printing or failing as ``body`` says; its words for carbon_forecast_command."""
+    program = tmp_path / "forecast"
+    program.write_text("#!/bin/bash\n" + body)
+    program.chmod(0o755)
+    return str(program)
+
+
+def with_command(tmp_path, argv, timeout=None):
+    site = load_site(write_site(tmp_path, "      carbon_forecast_command: %s%s" % (
+        json.dumps(argv), "\n      carbon_forecast_timeout: %s" % timeout if timeout else "")))
+    return site.clusters["alpha"]
+
+
+def test_a_forecast_command_prints_the_forecast_the_planner_uses(tmp_path):
+    data = tmp_path / "fc.json"
+    data.write_text(json.dumps(points(40, 60)))
+    program = forecast_command(tmp_path, 'echo "asked for $1" >&2; cat "$2"\n')
+    source = carbon_source(with_command(tmp_path, [program, "westeurope", str(data)]), NOW)
+    assert source.warning is None and source.forecast.at(NOW + timedelta(minutes=61)) == 60
+
+
+@pytest.mark.parametrize("body, argv_tail, problem", [
+    ("echo 'grid API said 503' >&2; exit 3\n", [], "exited with status 3: grid API said 503"),
+    ("head -c 9000000 /dev/zero\n", [], "printed 9000000 bytes, more than a forecast's"),
+    ("echo '[{\"location\": \"x\", \"timestamp\"'\n", [], "not valid JSON"),
+], ids=["fails", "too-much", "cut-off"])
+def test_a_forecast_command_that_fails_is_refused_with_one_line(tmp_path, body, argv_tail, problem):
+    program = forecast_command(tmp_path, body)
+    source = carbon_source(with_command(tmp_path, [program] + argv_tail), NOW)
+    assert source.forecast is None and source.profile and problem in source.warning, source.warning
+    assert source.warning.startswith("cluster alpha: carbon forecast command %s refused: " % program)
+    assert "using the hourly profile" in source.warning and "\n" not in source.warning
+
+
+def test_a_slow_forecast_command_is_killed_at_its_timeout(tmp_path):
+    pid_file = tmp_path / "pid"
+    program = forecast_command(tmp_path, 'sleep 30 & echo $! > "$1"; wait\n')     # its child goes too
+    source = carbon_source(with_command(tmp_path, [program, str(pid_file)], timeout=0.5), NOW)
+    assert "printed no forecast within 0.5 s (carbon_forecast_timeout)" in source.warning, source.warning
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10                # SIGKILL is delivered at once; its reaping is init's
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid), "the forecast command's child still runs"
+
+
+def running(pid):
+    """Whether ``pid`` exists and is not a zombie (a killed orphan waits for init to reap it)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_forecast_command_that_cannot_start_is_refused(tmp_path):
+    source = carbon_source(with_command(tmp_path, [str(tmp_path / "no-such-program")]), NOW)
+    assert "could not start" in source.warning and "No such file" in source.warning, source.warning
+
+
+@pytest.mark.parametrize("lines, problem", [
+    ("      carbon_forecast: /tmp/fc.json\n      carbon_forecast_command: [forecast]",
+     "carbon_forecast_command: give the forecast as a file (carbon_forecast) or as a command"),
+    ("      carbon_forecast_timeout: 5", "carbon_forecast_timeout applies to carbon_forecast_command"),
+    ("      carbon_forecast_command: []", "carbon_forecast_command"),
+])
+def test_forecast_source_settings_are_checked(tmp_path, lines, problem):
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        load_site(write_site(tmp_path, lines))
 
 
 def test_a_refused_forecast_without_profile_leaves_carbon_unknown(tmp_path):
