@@ -104,7 +104,9 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
 
     Locally, pyslurm is used only when it imports and its MAJOR.MINOR equals
     the cluster's Slurm (``pyslurm_backend.unusable_reason`` checks); otherwise the
-    Slurm commands.  SLURMKIT_BACKEND=commands|pyslurm forces a choice.
+    Slurm commands.  That check waits for the first call that would use pyslurm
+    (``PyslurmBackend``'s ``when_needed``): most commands never make one.
+    SLURMKIT_BACKEND=commands|pyslurm forces a choice.
     """
     forced = os.environ.get("SLURMKIT_BACKEND", "").strip().lower()
     if reach(cluster) == "ssh":
@@ -126,11 +128,12 @@ def make_backend(cluster, prefer_pyslurm: bool = True) -> SlurmBackend:
     if forced != "commands" and prefer_pyslurm and (forced == "pyslurm" or pyslurm_installed()):
         from slurmkit.slurm import pyslurm_backend
 
+        if forced != "pyslurm":
+            return pyslurm_backend.PyslurmBackend(cluster, runner, when_needed=True)
         reason = pyslurm_backend.unusable_reason(runner, cluster)
-        if reason is None:
-            return pyslurm_backend.PyslurmBackend(cluster)
-        if forced == "pyslurm":
+        if reason is not None:
             from slurmkit.errors import UsageError
 
             raise UsageError("SLURMKIT_BACKEND=pyslurm but pyslurm cannot be used: %s" % reason)
+        return pyslurm_backend.PyslurmBackend(cluster, runner)
     return CommandBackend(runner, cluster.name)

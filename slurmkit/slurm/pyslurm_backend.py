@@ -65,7 +65,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -258,24 +257,43 @@ def _check(runner: Runner, conf: str) -> Optional[str]:
 # ---------------------------------------------------------------------------
 
 class PyslurmBackend(CommandBackend):
-    """Jobs through pyslurm in-process; the rest through the Slurm commands."""
+    """Jobs through pyslurm in-process; the rest through the Slurm commands.
+
+    ``when_needed``: whether pyslurm can serve the cluster is decided at the first call that would
+    use it, and where it cannot, that call and every later one goes to the Slurm commands.  Most
+    commands never get there (one job's or one user's jobs are asked with squeue, see :meth:`jobs`),
+    and the decision costs an ``scontrol --version`` and pyslurm's import, about 30 ms, which
+    ``status``, ``logs`` and ``why`` would otherwise pay for nothing.  Without it the decision is
+    made here, and an unusable pyslurm is an error (what ``SLURMKIT_BACKEND=pyslurm`` asks for).
+    """
 
     name = "pyslurm"
 
-    def __init__(self, cluster, runner: Optional[Runner] = None):
+    def __init__(self, cluster, runner: Optional[Runner] = None, when_needed: bool = False):
         # What a job needs on top of this process's environment: the cluster's SLURM_CONF (the
         # commands get it from their runner; the job gets it here, whatever the runner is).
         self._extra_env = {"SLURM_CONF": cluster.slurm_conf} if cluster.slurm_conf else {}
         runner = runner or LocalRunner(self._extra_env or None)
         super().__init__(runner, cluster.name)
         self.cluster = cluster
-        reason = unusable_reason(runner, cluster)
-        if reason is not None:
-            raise SlurmUnavailableError("pyslurm cannot be used for cluster %s: %s" % (cluster.name, reason))
-        self._pyslurm = sys.modules["pyslurm"]
-        # The Slurm release pyslurm was built for (it matches the controller's: unusable_reason).
-        self._release = parsers.major_minor(getattr(self._pyslurm, "__version__", "") or "") or (0, 0)
+        self._pyslurm = None          # the module, once pyslurm is known to serve this cluster
+        self._decided = False
         self.last_submit_via = None  # "pyslurm" or "sbatch": which path the last submit took
+        if not when_needed:
+            reason = unusable_reason(runner, cluster)
+            if reason is not None:
+                raise SlurmUnavailableError("pyslurm cannot be used for cluster %s: %s" % (cluster.name, reason))
+            self._usable()
+
+    def _usable(self) -> bool:
+        """Whether pyslurm serves this cluster, decided (and pyslurm imported) on the first call."""
+        if not self._decided:
+            if unusable_reason(self.runner, self.cluster) is None:
+                self._pyslurm = sys.modules["pyslurm"]
+                # The Slurm release pyslurm was built for (it matches the controller's: unusable_reason).
+                self._release = parsers.major_minor(getattr(self._pyslurm, "__version__", "") or "") or (0, 0)
+            self._decided = True
+        return self._pyslurm is not None
 
     def _mpi_params(self) -> str:
         """slurm.conf's MpiParams (24.05+ may disable the Hydra variables)."""
@@ -300,6 +318,8 @@ class PyslurmBackend(CommandBackend):
         return "none" if plugin in ("", "acct_gather_profile/none") else None
 
     def describe(self):
+        if not self._usable():
+            return super().describe()
         return "pyslurm %s, %s" % (getattr(self._pyslurm, "__version__", "?"), self.runner.describe())
 
     # -- errors ----------------------------------------------------------------
@@ -324,7 +344,8 @@ class PyslurmBackend(CommandBackend):
     def submit(self, script, token=None):
         kw = None
         options = directives.sbatch_directives(script)
-        if not any(k.startswith("SBATCH_") or k in directives.SBATCH_INPUT_ENV for k in os.environ):
+        if self._usable() and not any(k.startswith("SBATCH_") or k in directives.SBATCH_INPUT_ENV
+                                      for k in os.environ):
             # sbatch's input variables (SBATCH_*, SLURM_CLUSTERS, SLURM_HINT)
             # override directives; only sbatch itself applies them faithfully.
             kw = submit_description(options)
@@ -369,6 +390,8 @@ class PyslurmBackend(CommandBackend):
             # of slurmctld per poll in bench_scale); a user's jobs are filtered by squeue in C (and,
             # for a user other than root, by slurmctld: REQUEST_JOB_USER_INFO), where converting
             # 10,000 other people's records here took 0.4 s.
+            return super().jobs(job_ids, user)
+        if not self._usable():
             return super().jobs(job_ids, user)
         # One slurm_load_jobs RPC whatever the number of ids.
         collection = self._rpc("load jobs", _jobs_loader(self._pyslurm))
@@ -428,6 +451,8 @@ class PyslurmBackend(CommandBackend):
         ``12_3``) go to scancel.
         """
         other = []
+        if any(str(j).isdigit() for j in job_ids) and not self._usable():
+            return super().cancel(job_ids)
         for job_id in job_ids:
             text = str(job_id)
             if not text.isdigit():
@@ -449,6 +474,8 @@ class PyslurmBackend(CommandBackend):
         ids = [int(j) for j in job_ids if str(j).isdigit()]
         if not ids:
             return []
+        if not self._usable():
+            return super().accounting(job_ids)
         db = getattr(self._pyslurm, "db", None) or sys.modules.get("pyslurm.db")
         filter_cls = getattr(db, "JobFilter", None) or getattr(db, "JobSearchFilter", None)
         loader = getattr(getattr(db, "Jobs", None), "load", None)
@@ -509,6 +536,8 @@ def _script_file(text: str):
     asks whether it names a file (``Path(script).is_file()``, submission.pyx), which raises
     ENAMETOOLONG for a text with more than 255 bytes between two slashes: one long line of a
     rendered script is enough (the torchrun template's check of the named Python is one)."""
+    import tempfile   # here: 5 ms of imports that only a submission through pyslurm needs
+
     fd, path = tempfile.mkstemp(prefix="slurmkit-job-", suffix=".sh")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:

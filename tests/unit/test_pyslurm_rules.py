@@ -20,7 +20,8 @@ import pytest
 from slurmkit.errors import SlurmUnavailableError, UsageError
 from slurmkit.site.model import Cluster
 from slurmkit.session import make_backend
-from slurmkit.slurm import parsers
+import slurmkit.slurm
+from slurmkit.slurm import commands, parsers
 from slurmkit.slurm.backend import CommandBackend
 from slurmkit.slurm import directives
 from slurmkit.slurm import pyslurm_backend as pb
@@ -448,6 +449,50 @@ def test_make_backend_falls_back_to_commands_without_pyslurm(monkeypatch, tmp_pa
     monkeypatch.setenv("SLURMKIT_BACKEND", "pyslurm")
     with pytest.raises(UsageError, match="not installed"):
         make_backend(cluster(conf=str(conf)))
+
+
+class QuietSlurm(VersionRunner):
+    """Answers ``scontrol --version`` like Slurm 22.05.8, and every other command with nothing."""
+
+    def run(self, argv, stdin=None, timeout=None):
+        result = super().run(argv, stdin, timeout)
+        return result if tuple(argv) == tuple(commands.version()) else CommandResult(tuple(argv), 0, "", "")
+
+
+def test_make_backend_leaves_the_pyslurm_check_to_the_first_call_that_needs_it(monkeypatch, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=alpha\n")
+    monkeypatch.setattr(slurmkit.slurm, "pyslurm_installed", lambda: True)
+    monkeypatch.delenv("SLURMKIT_BACKEND", raising=False)
+    monkeypatch.delenv("SLURMKIT_VIA", raising=False)
+    checked = []
+    monkeypatch.setattr(pb, "unusable_reason", lambda runner, cluster: checked.append(cluster.name))
+    backend = make_backend(cluster(conf=str(conf)))
+    assert type(backend) is pb.PyslurmBackend and checked == []   # no scontrol --version, no import yet
+
+
+def test_a_pyslurm_backend_decides_once_at_its_first_pyslurm_call(monkeypatch):
+    # pyslurm "installed" for Slurm 22.05 but failing to import: the commands answer, as before
+    # when make_backend itself found it unusable.
+    monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
+    monkeypatch.setattr(pb, "_initialised", lambda: None)
+    monkeypatch.setattr(pb, "_installed_version", lambda: "22.5.3")
+    imports = []
+
+    def broken_import(conf):
+        imports.append(conf)
+        raise ImportError("libslurm.so.38: cannot open shared object file")
+
+    monkeypatch.setattr(pb, "_import_pyslurm", broken_import)
+    runner = QuietSlurm()
+    backend = pb.PyslurmBackend(cluster(), runner=runner, when_needed=True)
+    assert runner.calls == [] and imports == []
+    assert backend.jobs(["42"]) == [] and backend.jobs(user="alice") == []   # squeue's, with or without pyslurm
+    assert imports == [] and tuple(commands.version()) not in runner.calls
+    assert backend.jobs(["42", "43"]) == []         # pyslurm's call: decided now, and the commands answer
+    assert backend.accounting(["42"]) is not None and backend.describe() == "slurm commands, test"
+    assert imports == ["/srv/alpha/slurm.conf"] and runner.calls.count(tuple(commands.version())) == 1
+    assert runner.calls[-1][0] == "sacct" and any(c[0] == "squeue" for c in runner.calls[3:])
 
 
 def test_pyslurm_backend_refuses_when_unusable(monkeypatch):
