@@ -60,9 +60,10 @@ class CarbonSource(NamedTuple):
     warning: Optional[str] = None        # the one line saying why a configured forecast is not used
 
 
-def window_value(windows: Sequence[HourWindow], when: datetime) -> Optional[float]:
-    """The value of the window holding ``when``'s local hour; None when no window does (or none is set)."""
-    hour = _local(when).hour
+def window_value(windows: Sequence[HourWindow], when: datetime, tz: Optional[str] = None) -> Optional[float]:
+    """The value of the window holding ``when``'s hour in the time zone ``tz`` (an IANA name; None: this
+    machine's); None when no window does (or none is set)."""
+    hour = _local(when, tz).hour
     for window in windows:
         start, end = window.start_hour, window.end_hour
         # "08-20" is 08:00-19:59; "20-08" wraps past midnight.
@@ -157,13 +158,13 @@ def _over_time(cluster: Cluster, gpus: int, start: datetime, seconds: float, wat
         hours = (b - a).total_seconds() / 3600.0
         mid = a + (b - a) / 2
         if gpu_prices:
-            price = window_value(gpu_prices, mid)
+            price = window_value(gpu_prices, mid, cluster.timezone)
             if price is None:
                 gpu_price_known = False
             else:
                 cost_gpu += gpus * hours * price
         if cluster.energy.price_per_kwh:
-            price = window_value(cluster.energy.price_per_kwh, mid)
+            price = window_value(cluster.energy.price_per_kwh, mid, cluster.timezone)
             if price is None or kw is None:
                 energy_price_known = False
             else:
@@ -172,7 +173,7 @@ def _over_time(cluster: Cluster, gpus: int, start: datetime, seconds: float, wat
         if intensity is not None:
             sources.add("forecast")
         else:
-            intensity = window_value(carbon.profile, mid)
+            intensity = window_value(carbon.profile, mid, cluster.timezone)
             if intensity is not None:
                 sources.add("profile")
         if intensity is None or kw is None:
@@ -217,5 +218,10 @@ def _aware(when: datetime) -> datetime:
     return (when if when.tzinfo is not None else when.astimezone()).astimezone(timezone.utc)
 
 
-def _local(when: datetime) -> datetime:
+def _local(when: datetime, tz: Optional[str] = None) -> datetime:
+    """``when`` in the time zone ``tz`` (a cluster's), else in this machine's (a naive ``when`` already is)."""
+    if tz is not None:
+        from zoneinfo import ZoneInfo
+
+        return _aware(when).astimezone(ZoneInfo(tz))
     return when.astimezone() if when.tzinfo is not None else when

@@ -157,14 +157,12 @@ def partition_choices(site: Site, cluster: Cluster, spec: JobSpec, partition: Op
 
 
 def price_at(cluster: Cluster, when: datetime) -> Optional[float]:
-    """The cluster's price per GPU-hour at ``when`` (local time), if the site set one."""
-    hour = when.hour
-    for window in cluster.price_per_gpu_hour:
-        start, end = window.start_hour, window.end_hour
-        # "08-20" is 08:00-19:59; "20-08" wraps past midnight.
-        if (start <= hour < end) if start < end else (hour >= start or hour < end):
-            return window.price
-    return None
+    """The cluster's price per GPU-hour at ``when`` (in the cluster's time zone), if the site set one."""
+    from slurmkit.energy.model import window_value
+    from slurmkit.site.model import HourWindow
+
+    return window_value([HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour], when,
+                        cluster.timezone)
 
 
 def _is_unreachable(exc: SlurmkitError) -> bool:

@@ -104,6 +104,7 @@ def _build_cluster(name, value, site_health=None):
         price_per_gpu_hour=_build_prices(value.get("price_per_gpu_hour")),
         default_partition=value.get("default_partition"),
         energy=_build_energy(value.get("energy")),
+        timezone=value.get("timezone"),
         health=_build_cluster_health(site_health or {"command": list(ClusterHealth._field_defaults["command"])},
                                      value.get("health") or {}),
     )

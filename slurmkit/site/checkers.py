@@ -113,6 +113,17 @@ def check_non_empty(value):
     return None
 
 
+def check_timezone(value):
+    """An IANA time zone name this machine's tz database knows (Europe/Paris, America/Chicago, UTC)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        return "unknown time zone %r: give an IANA name such as Europe/Paris or America/Chicago" % value
+    return None
+
+
 def parse_hours(value):
     """``"08-20"`` -> ``(8, 20)``; an end of 0 means midnight, i.e. 24.
 

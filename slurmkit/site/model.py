@@ -263,6 +263,7 @@ class Cluster(NamedTuple):
     containers: ContainerSettings = ContainerSettings()   # each partition's holds what applies there
     python: Optional[str] = None         # the Python of the API's calls on the nodes (slurmkit.api)
     energy: EnergySettings = EnergySettings()
+    timezone: Optional[str] = None       # IANA name: the hours of its windows are its local hours; None: this machine's
 
 
 class Defaults(NamedTuple):

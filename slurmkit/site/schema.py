@@ -60,7 +60,7 @@ from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, 
                                     check_image_name, check_mount_path, check_name, check_non_empty,
                                     check_partition, check_port_range, check_power, check_price_windows,
                                     check_carbon_forecast_source, check_carbon_windows, check_energy_price_windows,
-                                    check_proxy_jump, check_runtime_option, check_site, check_unique,
+                                    check_proxy_jump, check_runtime_option, check_site, check_timezone, check_unique,
                                     check_variable_name)
 from slurmkit.site.model import ACCELERATORS, FABRICS
 from slurmkit.times import TIME_FORMATS_TEXT
@@ -326,6 +326,9 @@ CLUSTER = {
                    "doc": "the Python that runs the Python API's calls (slurmkit.AutoExecutor) on the nodes: a path, "
                           "or a name on the nodes' PATH; it needs cloudpickle and the caller's MAJOR.MINOR. Default: "
                           "python3 (for a cluster used from this machine, this process's own Python)"},
+        "timezone": {"type": "str", "checker": check_timezone,
+                     "doc": "the cluster's local time zone (an IANA name: Europe/Paris): the hours of its price, "
+                            "energy price and carbon windows are its local hours. Default: this machine's"},
         "price_per_gpu_hour": {
             "type": "one_of",
             "doc": "a number, or a list of {hours, price} windows covering the day",

@@ -51,13 +51,16 @@ def dirty_then_clean(dirty_hours, dirty, clean):
 
 @pytest.fixture
 def green(tmp_path):
-    """green(energy by cluster) -> run(*args): slurmkit with a copy of local.yaml holding those energy settings."""
-    def make(energy):
+    """green(energy by cluster[, time zone by cluster]) -> run(*args): slurmkit with a copy of local.yaml holding
+    those energy settings."""
+    def make(energy, timezones=None):
         site = _absolute(yaml.safe_load(LOCAL.read_text()))
         site = {k: v for k, v in site.items() if not k.startswith("x-")}
         for name, cluster in site["clusters"].items():
             if name in energy:
                 cluster["energy"] = energy[name]
+            if name in (timezones or {}):
+                cluster["timezone"] = timezones[name]
             for part in cluster["partitions"].values():
                 part["power"] = dict(POWER) if part["accelerator"] != "none" else {"node_busy_watts": 300}
         path = tmp_path / "green.yaml"
@@ -211,3 +214,25 @@ def test_a_forecast_command_wins_over_the_profile_and_a_slow_one_falls_back_at_i
     assert by_cluster["beta"]["carbon_source"] == "profile"
     warnings = [line for line in proc.stderr.splitlines() if "carbon forecast" in line]
     assert len(warnings) == 1 and "cluster beta" in warnings[0] and "within 1 s" in warnings[0], proc.stderr
+
+
+def zone_where_it_is(hour):
+    """A fixed-offset IANA zone (Etc/GMT-N is UTC+N) whose local hour is ``hour`` now."""
+    from datetime import timezone
+
+    offset = (hour - datetime.now(timezone.utc).hour) % 24
+    offset = offset - 24 if offset > 12 else offset
+    return "Etc/GMT%+d" % -offset if offset else "UTC"
+
+
+def test_each_clusters_windows_are_its_own_local_hours(devcluster, green):
+    # One profile for both (clean mornings, dirty afternoons), read in each cluster's time zone: it is 06:00
+    # at alpha and 18:00 at beta now, so alpha is the clean one whatever this machine's time zone.
+    day = [{"hours": "00-12", "value": 100}, {"hours": "12-24", "value": 600}]
+    run = green({"alpha": {"carbon_intensity": day}, "beta": {"carbon_intensity": day}},
+                timezones={"alpha": zone_where_it_is(6), "beta": zone_where_it_is(18)})
+    proc = run("submit", "--cluster", "alpha,beta", "--prefer", "green", "--deadline", "+1h", "--dry-run", "--json",
+               *ONE_GPU, "-t", "5", "--", "true")
+    plan = json.loads(proc.stdout)
+    now = {w["cluster"]: w["gco2"] for w in plan["windows"] if w["gco2"] is not None}
+    assert plan["chosen"]["cluster"] == "alpha" and now["beta"] == pytest.approx(6 * now["alpha"]), plan["windows"]

@@ -267,6 +267,37 @@ def test_forecast_source_settings_are_checked(tmp_path, lines, problem):
         load_site(write_site(tmp_path, lines))
 
 
+def test_hour_windows_are_the_clusters_local_hours(tmp_path):
+    # 22:00 UTC is 07:00 the next day in Tokyo and 16:00 in Chicago (CST, UTC-6 in December).
+    day = (HourWindow(0, 12, 100.0), HourWindow(12, 24, 300.0))
+    assert window_value(day, NOW, "Asia/Tokyo") == 100.0 and window_value(day, NOW, "America/Chicago") == 300.0
+    assert window_value(day, NOW.replace(tzinfo=None), "Asia/Tokyo") == \
+        window_value(day, NOW.replace(tzinfo=None).astimezone(), "Asia/Tokyo")   # a naive time is this machine's
+    power = PowerModel(gpu_idle_watts=0, gpu_busy_watts=1000, node_idle_watts=0, node_busy_watts=0)
+    partition = Partition("gpu", "nvidia", "h100", 1, power=power)
+    tokyo, chicago = (Cluster(name, {"gpu": partition}, timezone=tz, price_per_gpu_hour=(PriceWindow(0, 12, 1.0),
+                                                                                        PriceWindow(12, 24, 5.0)),
+                              energy=EnergySettings(carbon_intensity=day))
+                      for name, tz in (("tokyo", "Asia/Tokyo"), ("chicago", "America/Chicago")))
+    one_hour = [expected(c, partition, 1, 1, NOW, 3600) for c in (tokyo, chicago)]
+    assert [e.gco2 for e in one_hour] == [100.0, 300.0] and [e.cost for e in one_hour] == [1.0, 5.0]
+    from slurmkit.federation.planner import price_at
+    assert price_at(tokyo, NOW) == 1.0 and price_at(chicago, NOW) == 5.0
+
+
+def test_a_clusters_timezone_is_checked_and_kept_by_the_site_cache(tmp_path):
+    path = write_site(tmp_path)
+    text = path.read_text().replace("    price_per_gpu_hour: 2.0", "    timezone: Mars/Olympus\n    price_per_gpu_hour: 2.0")
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus': give an IANA name"):
+        load_site(path)
+    path.write_text(text.replace("Mars/Olympus", "Europe/Paris"))
+    from slurmkit.site.model import as_plain, site_from_plain
+    site = load_site(path)
+    assert site.clusters["alpha"].timezone == "Europe/Paris"
+    assert site_from_plain(json.loads(json.dumps(as_plain(site)))) == site
+
+
 def test_a_refused_forecast_without_profile_leaves_carbon_unknown(tmp_path):
     cluster = Cluster("c", {}, energy=EnergySettings(carbon_forecast=str(tmp_path / "missing.json")))
     source = carbon_source(cluster, NOW)
