@@ -4,7 +4,7 @@ import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, cluster_option, job_options,
                                   job_spec_from, json_option, pass_session, print_json, requeue_options, site_option,
-                                  text_value, warn)
+                                  text_value, warn, when_options)
 from slurmkit.cli import sweep_commands
 
 
@@ -45,13 +45,7 @@ def render(session, cluster, as_json, **kwargs):
 @click.option("--explain", is_flag=True, help="Print the candidate clusters with estimate, price and why each "
                                                "was skipped (on stderr).")
 @click.option("--dry-run", is_flag=True, help="Only plan: print the candidates, submit nothing.")
-@click.option("--prefer", type=click.Choice(["soon", "cheap", "green"]), default=None,
-              help="soon: the earliest start (the default); cheap / green: the lowest expected cost / carbon among "
-                   "the clusters and, with --deadline, the hourly start windows that end by it (a later window is "
-                   "submitted with --begin).")
-@click.option("--deadline", metavar="WHEN", callback=text_value,
-              help="The job must end (start + --time) by then: 2026-12-05T08:00, 08:00 (the next one), +8h, +2d. "
-                   "Refused, with the earliest possible end, when no cluster can meet it.")
+@when_options
 @requeue_options
 @click.option("--checkpoint-dir", metavar="DIR", callback=text_value,
               help="With --auto-requeue: the job's checkpoint directory, exported as SLURMKIT_CHECKPOINT_DIR "
@@ -85,9 +79,8 @@ def submit(session, cluster, accel, explain, dry_run, prefer, deadline, auto_req
                                                 hang_startup)
         return sweep_commands.submit_sweep(session, cluster, partition, sweep, job_spec_from(kwargs), as_json,
                                            not_with=dict(accel=accel, explain=explain, dry_run=dry_run,
-                                                         checkpoint_dir=checkpoint_dir,
-                                                         prefer=prefer not in (None, "soon") and prefer,
-                                                         deadline=deadline), requeue=requeue)
+                                                         checkpoint_dir=checkpoint_dir), requeue=requeue,
+                                           prefer=prefer, deadline=deadline)
     if auto_requeue:
         if prefer not in (None, "soon") or deadline:
             from slurmkit.errors import UsageError

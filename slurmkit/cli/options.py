@@ -306,6 +306,26 @@ def requeue_options(func):
     return func
 
 
+# Placement in place and time (slurmkit.federation.windows), for ``submit`` and ``sweep submit``.
+WHEN_OPTIONS = [
+    click.option("--prefer", type=click.Choice(["soon", "cheap", "green"]), default=None,
+                 help="soon: the earliest start (the default); cheap / green: the lowest expected cost / carbon "
+                      "among the clusters and, with --deadline, the hourly start windows that end by it (a later "
+                      "window is submitted with --begin). A sweep goes whole to the best window, its points "
+                      "--max-running at a time."),
+    click.option("--deadline", metavar="WHEN", callback=text_value,
+                 help="The job (a sweep: all its points) must end by then: 2026-12-05T08:00, 08:00 (the next "
+                      "one), +8h, +2d. Refused, with the earliest possible end, when no cluster can meet it."),
+]
+
+
+def when_options(func):
+    """--prefer and --deadline, for ``submit`` and ``sweep submit``."""
+    for option in reversed(WHEN_OPTIONS):
+        func = option(func)
+    return func
+
+
 def job_spec_from(kwargs):
     """Build a JobSpec from the job options; pops them from ``kwargs``."""
     from slurmkit.script.render import JobSpec

@@ -14,7 +14,7 @@ import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, cluster_option, job_options, job_spec_from,
                                   json_option, log_options, print_json, requeue_options, site_option, text_value,
-                                  warn)
+                                  warn, when_options)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -77,32 +77,42 @@ def requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang
     return None
 
 
-def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None, requeue=None):
+def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_with=None, requeue=None, prefer=None,
+                 deadline=None):
     """Submit a sweep: the sweep id on stdout (or the JSON report), what was submitted on stderr.
 
     ``not_with``: ``submit``'s options that a sweep does not take, by name, as given; ``requeue``: the
-    requeue budget with ``--auto-requeue`` (each task tracked by the requeue daemon).
+    requeue budget with ``--auto-requeue`` (each task tracked by the requeue daemon); ``prefer`` and
+    ``deadline`` (text): the window the sweep goes to.
     """
+    from slurmkit.errors import UsageError
     from slurmkit.sweep import submission
 
     given = [name for name, value in (not_with or {}).items() if value]
     if given:
-        from slurmkit.errors import UsageError
-
         raise UsageError("--%s does not apply to a sweep%s" % (given[0].replace("_", "-"), {
             "checkpoint_dir": ": each point checkpoints into its own directory (SLURMKIT_CHECKPOINT_DIR, "
                               "<sweep dir>/points/<id>/checkpoint)",
             "accel": ": name the clusters with --cluster and the partition with -p",
             "explain": "", "dry_run": ": render one task's job with 'slurmkit render'",
-            "prefer": ": placement by cost or carbon is for single jobs so far (submit without --sweep)",
-            "deadline": ": placement by deadline is for single jobs so far (submit without --sweep)"
         }.get(given[0], "")))
+    when = None
+    if prefer not in (None, "soon") or deadline is not None:
+        if requeue is not None:
+            raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
+                             "start when a task fails, whatever the window; submit without one of them")
+        if deadline is not None:
+            import datetime
+
+            from slurmkit.federation.windows import parse_deadline
+
+            when = parse_deadline(deadline, datetime.datetime.now())
 
     request = submission.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                       points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
                                       cluster=cluster, partition=partition, sweep_dir=sweep_kwargs.get("sweep_dir"),
                                       max_running=sweep_kwargs.get("max_running"), canary=sweep_kwargs.get("canary"),
-                                      auto_requeue=requeue)
+                                      auto_requeue=requeue, prefer=prefer, deadline=when)
     report = submission.submit(session, request)
     warn(report.warnings)
     if as_json:
@@ -146,11 +156,12 @@ def sweep():
                 help="Cluster of the site; 'auto' (all) or a comma list splits the points between the clusters "
                      "in proportion to what each can run soonest.")
 @sweep_options
+@when_options
 @requeue_options
 @job_options
 @json_option
-def sweep_submit(site, cluster, as_json, auto_requeue, max_restarts, conventions, transient_exit, hang_timeout,
-                 hang_startup, **kwargs):
+def sweep_submit(site, cluster, as_json, prefer, deadline, auto_requeue, max_restarts, conventions, transient_exit,
+                 hang_timeout, hang_startup, **kwargs):
     """Submit a sweep as job arrays; prints the sweep id (same as 'slurmkit submit --sweep ...').
 
     \b
@@ -168,7 +179,8 @@ def sweep_submit(site, cluster, as_json, auto_requeue, max_restarts, conventions
     partition = kwargs.pop("partition")
     requeue = requeue_budget(auto_requeue, max_restarts, transient_exit, conventions, hang_timeout, hang_startup)
     with _open_session(site) as session:
-        submit_sweep(session, cluster, partition, sweep_kwargs, job_spec_from(kwargs), as_json, requeue=requeue)
+        submit_sweep(session, cluster, partition, sweep_kwargs, job_spec_from(kwargs), as_json, requeue=requeue,
+                     prefer=prefer, deadline=deadline)
 
 
 class _open_session:

@@ -76,17 +76,9 @@ def submit_anywhere(session, spec, cluster: Optional[str] = None,
     clock = clock or time
     when = None
     if deadline is not None:
-        from slurmkit.errors import UsageError
-        from slurmkit.times import parse_when
+        from slurmkit.federation.windows import parse_deadline
 
-        now = datetime.fromtimestamp(clock.time())
-        try:
-            when = parse_when(deadline, now)
-        except ValueError as exc:
-            raise UsageError("--deadline: %s" % exc) from None
-        if when <= now:
-            raise UsageError("--deadline %s is not in the future (now: %s); give a later one"
-                             % (when.isoformat(sep=" "), now.replace(microsecond=0).isoformat(sep=" ")))
+        when = parse_deadline(deadline, datetime.fromtimestamp(clock.time()))
     placement = planner.submit_best(session, spec, names, partition, wanted, dry_run=dry_run, clock=clock,
                                     prefer=prefer or "soon", deadline=when)
     return SubmitOutcome(placement.submission, placement)

@@ -58,6 +58,21 @@ class Window(NamedTuple):
                     **self.use.to_dict())
 
 
+def parse_deadline(text: str, now: datetime) -> datetime:
+    """``--deadline``'s text (``2026-12-05T08:00``, ``08:00``, ``+8h``) as a naive local datetime after ``now``;
+    UsageError otherwise (for a job and a sweep alike)."""
+    from slurmkit.times import parse_when
+
+    try:
+        when = parse_when(text, now)
+    except ValueError as exc:
+        raise UsageError("--deadline: %s" % exc) from None
+    if when <= now:
+        raise UsageError("--deadline %s is not in the future (now: %s); give a later one"
+                         % (when.isoformat(sep=" "), now.replace(microsecond=0).isoformat(sep=" ")))
+    return when
+
+
 def job_seconds(site: Site, spec) -> int:
     """The job's time limit in seconds: what a window must fit (--time, else the site's default)."""
     text = spec.time or site.defaults.time
@@ -69,9 +84,12 @@ def job_seconds(site: Site, spec) -> int:
 
 
 def windows(site: Site, spec, candidates: Sequence, deadline: Optional[datetime], now: datetime,
-            carbon: Dict[str, CarbonSource]) -> List[Window]:
-    """Every window of every viable candidate, in candidate order then time (``carbon``: cluster -> source)."""
-    seconds = job_seconds(site, spec)
+            carbon: Dict[str, CarbonSource], at_once: int = 1, waves: int = 1) -> List[Window]:
+    """Every window of every viable candidate, in candidate order then time (``carbon``: cluster -> source).
+
+    A sweep is ``waves`` rounds of ``at_once`` copies of the job (its points over ``--max-running``): a window
+    then lasts ``waves`` time limits and draws ``at_once`` jobs' power."""
+    seconds = job_seconds(site, spec) * waves
     length = timedelta(seconds=seconds)
     out = []
     for cand in candidates:
@@ -88,7 +106,7 @@ def windows(site: Site, spec, candidates: Sequence, deadline: Optional[datetime]
                 starts.append((hour, True))
                 hour += timedelta(hours=1)
         for start, later in starts:
-            use = expected(cluster, part, spec.nodes, gpus, start, seconds, carbon.get(cand.cluster))
+            use = expected(cluster, part, spec.nodes * at_once, gpus, start, seconds, carbon.get(cand.cluster))
             out.append(Window(cand, start, start + length, later, use,
                               deadline is None or start + length <= deadline))
     return out

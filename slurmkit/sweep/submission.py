@@ -58,6 +58,8 @@ class SweepRequest(NamedTuple):
     max_running: Optional[int] = None
     canary: Optional[int] = None
     auto_requeue: Optional[dict] = None   # the requeue budget (requeue.tracking.budget_overrides); None: off
+    prefer: Optional[str] = None          # --prefer soon|cheap|green: where and when the new points run
+    deadline: Optional[datetime.datetime] = None   # --deadline (naive local): the sweep must end by then
 
 
 class ArraySubmission(NamedTuple):
@@ -271,9 +273,9 @@ class Submitter:
     def submit(self, cluster: str, partition: Optional[str], rows: Sequence[Row], throttle: Optional[int],
                table_of: Optional[int] = None, after: Optional[str] = None, hold: bool = False,
                canary: Optional[int] = None, kind: str = "new",
-               token: Optional[str] = None) -> Tuple[int, ArraySubmission]:
+               token: Optional[str] = None, begin: Optional[str] = None) -> Tuple[int, ArraySubmission]:
         """One array on ``cluster`` of ``rows`` (its own table, or a sparse rerun of ``table_of``'s);
-        ``token``: the job's (default a new one)."""
+        ``token``: the job's (default a new one); ``begin``: sbatch --begin, a later start window."""
         from slurmkit import jobs
         from slurmkit.sweep import script as sweep_script
         from slurmkit.sweep import tracked
@@ -288,7 +290,7 @@ class Submitter:
             indices=arr.array_spec(indices), throttle=throttle, accounting=facts.accounting, table_of=table_of,
             rows=[] if table_of is not None else [(r.index, r.point.id) for r in rows], canary=canary or 0)
         try:
-            rendered = jobs.prepare(self.session, self.spec._replace(token=token), cluster, part.name)
+            rendered = jobs.prepare(self.session, self.spec._replace(token=token, begin=begin), cluster, part.name)
             sweep_dir = self.sweep.sweep_dir
             _make_dirs(self.session, cluster, [os.path.join(sweep_dir, "slurm")], self.dirs)
             table = sweep_script.points_table(rows, self.names)
@@ -355,6 +357,7 @@ class Placement(NamedTuple):
     partition: Optional[str]
     count: int
     throttle: Optional[int]
+    begin: Optional[str] = None           # sbatch --begin: a later window of --prefer/--deadline
 
 
 def _duration_s(session, spec: JobSpec) -> float:
@@ -365,7 +368,8 @@ def _duration_s(session, spec: JobSpec) -> float:
 
 
 def place(session, spec: JobSpec, count: int, cluster: Optional[str], partition: Optional[str],
-          max_running: Optional[int], now: Optional[datetime.datetime] = None) -> Tuple[List[Placement], List[str]]:
+          max_running: Optional[int], now: Optional[datetime.datetime] = None, prefer: Optional[str] = None,
+          deadline: Optional[datetime.datetime] = None) -> Tuple[List[Placement], List[str]]:
     """Where ``count`` new points run: [(cluster, partition, how many, throttle)], warnings.
 
     One named (or the default) cluster takes them all.  ``auto`` or a comma
@@ -373,31 +377,28 @@ def place(session, spec: JobSpec, count: int, cluster: Optional[str], partition:
     estimate (rendering the job there, with its own fabric and topology)
     and splits the points so the sweep ends soonest; ``--max-running`` is
     split between the clusters used, in proportion to what each runs at once.
+    ``prefer`` cheap or green, or a ``deadline``: the whole sweep on the one
+    (cluster, partition) and start window that is cheapest, greenest or
+    soonest among those ending by the deadline (:func:`_place_in_time`).
     """
     from slurmkit.federation import is_federated
 
-    if not is_federated(cluster):
+    timed = prefer not in (None, "soon") or deadline is not None
+    if not is_federated(cluster) and not timed:
         target = session.site.cluster(cluster)
         return [Placement(target.name, partition, count, max_running)], []
     from slurmkit import jobs
     from slurmkit.federation import planner
-    from slurmkit.results import GroupError, GroupResult
     from slurmkit.slurm import directives
 
-    names = None if cluster.strip() == "auto" else [c.strip() for c in cluster.split(",") if c.strip()]
+    if is_federated(cluster):
+        names = None if cluster.strip() == "auto" else [c.strip() for c in cluster.split(",") if c.strip()]
+    else:
+        names = [session.site.cluster(cluster).name]
     candidates = planner.plan(session, spec._replace(token=jobs.new_token()), names, partition)
-    best: Dict[str, planner.Candidate] = {}
-    for c in candidates:
-        if c.viable and c.cluster not in best:
-            best[c.cluster] = c
-    warnings = ["cluster %s not used: %s" % (c.cluster, c.reason) for c in candidates
-                if not c.viable and c.cluster not in best and c.reason]
-    if not best:
-        if all(c.skip == "ineligible" for c in candidates):
-            raise JobDoesNotFitError("the sweep's job fits no cluster: " + "; ".join(
-                "%s: %s" % (c.cluster, c.reason) for c in candidates))
-        raise GroupError(GroupResult((c.cluster, SlurmkitError(c.reason or "no estimate")) for c in candidates),
-                         "no cluster can take the sweep")
+    best, warnings = _viable(candidates)
+    if timed:
+        return _place_in_time(session, spec, count, candidates, max_running, prefer or "soon", deadline, warnings)
     chosen = list(best.values())          # ranked: soonest start first
     if max_running is not None:
         chosen = chosen[:max_running]     # every cluster used runs at least one task at a time
@@ -420,6 +421,63 @@ def place(session, spec: JobSpec, count: int, cluster: Optional[str], partition:
     out = [Placement(c.cluster, c.partition, counts[c.cluster], shares[c.cluster]) for c in chosen
            if counts[c.cluster]]
     return out, warnings
+
+
+def _viable(candidates) -> Tuple[Dict[str, object], List[str]]:
+    """Each cluster's best viable candidate (in the planner's order) and a line per cluster not used; an error
+    when none can take the sweep."""
+    from slurmkit.results import GroupError, GroupResult
+
+    best: Dict[str, object] = {}
+    for c in candidates:
+        if c.viable and c.cluster not in best:
+            best[c.cluster] = c
+    warnings = ["cluster %s not used: %s" % (c.cluster, c.reason) for c in candidates
+                if not c.viable and c.cluster not in best and c.reason]
+    if not best:
+        if all(c.skip == "ineligible" for c in candidates):
+            raise JobDoesNotFitError("the sweep's job fits no cluster: " + "; ".join(
+                "%s: %s" % (c.cluster, c.reason) for c in candidates))
+        raise GroupError(GroupResult((c.cluster, SlurmkitError(c.reason or "no estimate")) for c in candidates),
+                         "no cluster can take the sweep")
+    return best, warnings
+
+
+def _place_in_time(session, spec: JobSpec, count: int, candidates, max_running: Optional[int], prefer: str,
+                   deadline: Optional[datetime.datetime], warnings: List[str]) -> Tuple[List[Placement], List[str]]:
+    """The whole sweep in the best window of --prefer under --deadline: its points run ``max_running`` at a time
+    (all at once without it), so it lasts ceil(points / that) time limits from the window's start and draws
+    that many jobs' power; a later window holds its arrays with --begin."""
+    from slurmkit.energy.model import carbon_source
+    from slurmkit.federation import windows as win
+
+    at_once = min(count, max_running or count)
+    waves = -(-count // at_once)
+    now = datetime.datetime.now()
+    site = session.site
+    # Each cluster's forecast is read once, however many of its partitions are candidates.
+    carbon = {name: carbon_source(site.clusters[name], now)
+              for name in dict.fromkeys(c.cluster for c in candidates if c.viable)}
+    warnings = warnings + [source.warning for source in carbon.values() if source.warning]
+    considered = win.windows(site, spec, candidates, deadline, now, carbon, at_once=at_once, waves=waves)
+    try:
+        best = win.choose(considered, prefer, deadline)[0]
+    except win.DeadlineError as exc:
+        raise win.DeadlineError("the sweep (%d point(s), %d at a time: %d round(s) of its time limit): %s"
+                                % (count, at_once, waves, exc)) from None
+    use = best.use
+    warnings.append("sweep placed by --prefer %s%s: %s, partition %s, %s, ending about %s; expected %s kWh, cost %s, "
+                    "%s gCO2e (%d round(s) of %d point(s))" % (
+                        prefer, " --deadline %s" % win.begin_text(deadline) if deadline else "", best.cluster,
+                        best.candidate.partition, "held by --begin until %s" % win.begin_text(best.start)
+                        if best.later else "from %s" % win.begin_text(best.start), win.begin_text(best.end),
+                        _figure(use.kwh), _figure(use.cost), _figure(use.gco2), waves, at_once))
+    return [Placement(best.cluster, best.candidate.partition, count, max_running,
+                      begin=win.begin_text(best.start) if best.later else None)], warnings
+
+
+def _figure(value: Optional[float]) -> str:
+    return "unknown" if value is None else "%.3g" % value
 
 
 # ---------------------------------------------------------------------------
@@ -501,7 +559,8 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
     if new:
         # Planned before anything is submitted: a sweep that fits no cluster submits nothing at all.
         placements, more = place(session, spec._replace(command=submitter.spec.command), len(new), request.cluster,
-                                 request.partition, request.max_running)
+                                 request.partition, request.max_running, prefer=request.prefer,
+                                 deadline=request.deadline)
         warnings += more
         check_job_records(submitter, placements, warnings)
     # Points that ran before keep their index: Slurm's own requeue of the same task while the controller
@@ -547,7 +606,7 @@ def submit_new(submitter: Submitter, placement: Placement, share: Sequence[pts.P
         after = previous if placement.throttle and previous else None
         array_id, done = submitter.submit(placement.cluster, placement.partition, rows, placement.throttle,
                                           after=after, hold=bool(canary) and not first,
-                                          canary=canary if first else None)
+                                          canary=canary if first else None, begin=placement.begin)
         previous = done.job_id
         if canary and first:
             canary_token = next(a.token for a in submitter.journal.arrays(submitter.sweep.id) if a.id == array_id)

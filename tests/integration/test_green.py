@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import cancel_later, fill, job_info, wait_job_state
+from conftest import cancel_later, fill, job_info, slurm, wait_job_state
 from harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +141,31 @@ def test_a_later_window_is_submitted_with_begin_and_held_by_slurm(devcluster, gr
     info = wait_until(lambda: (lambda i: i if i.get("Reason") == "BeginTime" else None)(
         job_info("alpha", placed["job_id"])), 30, what="reason BeginTime")
     assert info["StartTime"] == chosen["begin"][:19]
+
+
+def test_a_sweep_goes_to_its_greener_window_held_by_begin_then_runs(devcluster, green, request, tmp_path):
+    run = green({"alpha": {"carbon_intensity": dirty_then_clean(2, 700, 40)}})
+    proc = run("submit", "--sweep", "lr=1,2", "--sweep-dir", str(tmp_path / "sweep"), "--cluster", "alpha",
+               "--prefer", "green", "--deadline", "+5h", "--json", *ONE_GPU, "-t", "5", "--", "echo", "lr={lr}")
+    report = json.loads(proc.stdout)
+    (array,) = report["submitted"]
+    cancel_later(request, "alpha", array["job_id"])
+    (line,) = [ln for ln in proc.stderr.splitlines() if "sweep placed by --prefer green --deadline" in ln]
+    begin = line.split("held by --begin until ")[1].split(",")[0]
+    # Both tasks wait for the clean hours: pending, reason BeginTime, from the window's start.
+    info = wait_until(lambda: (lambda i: i if i.get("Reason") == "BeginTime" else None)(
+        job_info("alpha", array["job_id"])), 30, what="reason BeginTime")
+    assert info["StartTime"] == begin and datetime.fromisoformat(begin) > datetime.now(), (line, info)
+    # Released now (as `slurmkit why` tells a user to), each point runs with its own value.
+    slurm("alpha", "scontrol", "update", "jobid=%s" % array["job_id"], "StartTime=now")
+
+    def ended():
+        data = json.loads(run("sweep", "status", report["sweep"], "--json").stdout)
+        return data if data["counts"] == {"COMPLETED": 2} else None
+    data = wait_until(ended, 120, interval=2.0, what="both points to complete")
+    printed = sorted((tmp_path / "sweep" / "points" / p["point"] / "output.log").read_text().split("==\n")[-1].strip()
+                     for p in data["points"])
+    assert printed == ["lr=1", "lr=2"], printed
 
 
 def test_eff_of_a_finished_job_takes_its_energy_from_the_power_model(devcluster, green):

@@ -287,10 +287,13 @@ def local_clusters(tmp_path, monkeypatch):
     (("submit", "--prefer", "green", "--deadline", "+1m", "-t", "5", "--", "true"),
      "no cluster can end the job by the deadline"),
     (("submit", "--prefer", "fast", "--", "true"), "'fast' is not one of 'soon', 'cheap', 'green'"),
-    (("submit", "--sweep", "lr=1", "--prefer", "green", "-M", "alpha", "--", "true", "{lr}"),
-     "--prefer does not apply to a sweep: placement by cost or carbon is for single jobs so far"),
-    (("submit", "--sweep", "lr=1", "--deadline", "+2h", "-M", "alpha", "--", "true", "{lr}"),
-     "--deadline does not apply to a sweep"),
+    (("submit", "--sweep", "lr=1..4", "--max-running", "2", "--deadline", "+8m", "-t", "5", "-M", "alpha", "--",
+      "true", "{lr}"),
+     "the sweep (4 point(s), 2 at a time: 2 round(s) of its time limit): no cluster can end the job by the deadline"),
+    (("sweep", "submit", "--sweep", "lr=1", "--deadline", "tomorrow", "-M", "alpha", "--", "true", "{lr}"),
+     "--deadline: 'tomorrow' is not a moment"),
+    (("submit", "--sweep", "lr=1", "--auto-requeue", "--prefer", "green", "-M", "alpha", "--", "true", "{lr}"),
+     "--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts start when a task fails"),
     (("submit", "--auto-requeue", "--prefer", "cheap", "-M", "alpha", "--", "true"),
      "--prefer cheap|green and --deadline do not apply to --auto-requeue yet"),
 ])
@@ -338,3 +341,17 @@ def test_a_clusters_forecast_is_read_once_per_plan(tmp_path, monkeypatch):
                                     clock=clock, prefer="green", dry_run=True)
     assert {w.candidate.partition for w in placement.windows} == {"gpu", "gpu2"}
     assert reads == [str(tmp_path / "f.json")] and len(placement.warnings) == 1
+
+
+def test_a_sweep_goes_whole_to_the_preferred_cluster_and_says_where(local_clusters, capsys):
+    from harness import run_main
+
+    # As for one job: no carbon anywhere, so green falls to the cost, and beta's GPU-hours cost the least.
+    code, out, err = run_main(capsys, "submit", "--sweep", "lr=1..4", "--max-running", "2", "--cluster", "alpha,beta",
+                              "--prefer", "green", "-N", "1", "--gpus-per-node", "1", "-t", "5", "--", "true", "{lr}")
+    assert code == 0, err
+    assert local_clusters["alpha"].table == {} and len(local_clusters["beta"].table) == 1    # one array of 4
+    (line,) = [ln for ln in err.splitlines() if "sweep placed by --prefer green" in ln]
+    assert "beta, partition gpu, from " in line and "(2 round(s) of 2 point(s))" in line, line
+    (script,) = [job.script for job in local_clusters["beta"].table.values()]
+    assert "#SBATCH --array=0-3%2" in script and "--begin" not in script
