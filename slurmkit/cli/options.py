@@ -266,10 +266,17 @@ JOB_OPTIONS = [
 ]
 
 
-def job_options(func):
-    for option in reversed(JOB_OPTIONS):
-        func = option(func)
-    return func
+def option_group(options, doc: str):
+    """A decorator adding ``options`` (a list of click options) in their order: one set shared by commands."""
+    def apply(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    apply.__doc__ = doc
+    return apply
+
+
+job_options = option_group(JOB_OPTIONS, "The job's options, for ``submit``, ``render`` and ``sweep submit``.")
 
 
 REQUEUE_OPTIONS = [
@@ -299,11 +306,7 @@ REQUEUE_OPTIONS = [
 ]
 
 
-def requeue_options(func):
-    """The requeue daemon's options, for ``submit`` and ``sweep submit``."""
-    for option in reversed(REQUEUE_OPTIONS):
-        func = option(func)
-    return func
+requeue_options = option_group(REQUEUE_OPTIONS, "The requeue daemon's options, for ``submit`` and ``sweep submit``.")
 
 
 # Placement in place and time (slurmkit.federation.windows), for ``submit`` and ``sweep submit``.
@@ -319,11 +322,7 @@ WHEN_OPTIONS = [
 ]
 
 
-def when_options(func):
-    """--prefer and --deadline, for ``submit`` and ``sweep submit``."""
-    for option in reversed(WHEN_OPTIONS):
-        func = option(func)
-    return func
+when_options = option_group(WHEN_OPTIONS, "--prefer and --deadline, for ``submit`` and ``sweep submit``.")
 
 
 def job_spec_from(kwargs):
@@ -404,13 +403,6 @@ def require_site(site):
                      % (", ".join(names) or "none found"))
 
 
-def log_options(func):
-    """The options of ``logs`` and ``sweep logs``."""
-    for option in reversed(_LOG_OPTIONS):
-        func = option(func)
-    return func
-
-
 _LOG_OPTIONS = [
     click.option("--follow", "-f", is_flag=True,
                  help="Keep printing as the job writes, until it ends (waiting while it is pending, and on to the "
@@ -428,3 +420,4 @@ _LOG_OPTIONS = [
     click.option("--journal", "journal_path", metavar="FILE", envvar="SLURMKIT_JOURNAL",
                  help="The requeue journal that knows restarted jobs' attempts (default: the daemon's)."),
 ]
+log_options = option_group(_LOG_OPTIONS, "The options of ``logs`` and ``sweep logs``.")

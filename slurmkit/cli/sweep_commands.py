@@ -13,8 +13,8 @@ import functools
 import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, cluster_option, job_options, job_spec_from,
-                                  json_option, log_options, print_json, requeue_options, site_option, text_value,
-                                  warn, when_options)
+                                  json_option, log_options, option_group, print_json, requeue_options, site_option,
+                                  text_value, warn, when_options)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -37,11 +37,7 @@ SWEEP_OPTIONS = [
 ]
 
 
-def sweep_options(func):
-    """The sweep options, for ``sweep submit`` and ``submit``."""
-    for option in reversed(SWEEP_OPTIONS):
-        func = option(func)
-    return func
+sweep_options = option_group(SWEEP_OPTIONS, "The sweep options, for ``sweep submit`` and ``submit``.")
 
 
 def sweeping(kwargs) -> bool:
