@@ -441,6 +441,10 @@ def test_effective_conf_is_what_the_commands_would_use(monkeypatch):
 def test_make_backend_falls_back_to_commands_without_pyslurm(monkeypatch, tmp_path):
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=alpha\n")
+    import slurmkit.slurm
+
+    # Both readers of "is pyslurm installed": make_backend's (slurmkit.slurm) and the backend's own check.
+    monkeypatch.setattr(slurmkit.slurm, "pyslurm_installed", lambda: False)
     monkeypatch.setattr(pb, "pyslurm_installed", lambda: False)
     monkeypatch.delenv("SLURMKIT_BACKEND", raising=False)
     monkeypatch.delenv("SLURMKIT_VIA", raising=False)
