@@ -305,9 +305,12 @@ SCENARIOS = {"node_fail": ("alpha", node_failure), "preempt": ("beta", preemptio
 # too.  And under Apptainer on alpha where Debian has it (the sid root), with the site's --userns.
 # Both runtimes pass signals on to the container while slurmstepd signals every process too: torchrun
 # gets USR1 twice (on 26.05 the second came as it ended its workers; templates/torchrun.sh.j2).
+# Apptainer's node failure comes last on alpha: one node DOWN at a time there.
 IMAGE_SCENARIOS = {"node_fail_image": ("alpha", node_failure), "timeout_image": ("gamma", time_limit),
-                   "timeout_oci": ("beta", time_limit), "timeout_apptainer": ("alpha", time_limit)}
-AFTER = {"node_fail_image": "node_fail", "timeout_oci": "preempt", "timeout_apptainer": "node_fail_image"}
+                   "timeout_oci": ("beta", time_limit), "timeout_apptainer": ("alpha", time_limit),
+                   "node_fail_apptainer": ("alpha", node_failure)}
+AFTER = {"node_fail_image": "node_fail", "timeout_oci": "preempt", "timeout_apptainer": "node_fail_image",
+         "node_fail_apptainer": "timeout_apptainer"}
 
 
 def scenario_test(key):
@@ -850,6 +853,17 @@ def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(
 def test_a_job_in_apptainer_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     result = check_time_limit(scenarios["timeout_apptainer"])
     assert result["first"]["runtime"] == "apptainer"
+
+
+@needs_image
+@pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian release (the root "
+                    "of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
+@scenario_test("node_fail_apptainer")
+def test_a_job_in_apptainer_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
+    # Both workers in Apptainer on alpha's cpu nodes; the first node set DOWN (NODE_FAIL); the daemon on the
+    # host restarts it on the nodes left, in the image again, from the checkpoint written inside.
+    result = check_node_failure(scenarios["node_fail_apptainer"])
+    assert result["first"]["runtime"] == "apptainer" and result["second"]["number"] == 2
 
 
 @scenario_test("hang")
