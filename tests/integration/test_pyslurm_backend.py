@@ -222,6 +222,46 @@ def test_a_script_with_a_long_line_goes_through_pyslurm_and_runs_to_its_end(pair
     assert not list(scratch.iterdir())                          # the script's file is gone
 
 
+def test_status_logs_and_why_of_one_job_leave_pyslurm_alone(pair, job, tmp_path):
+    """The commands typed all day ask squeue and scontrol about one job whether pyslurm is there or
+    not, so they neither ask Slurm's version nor import pyslurm (30 ms each time); status of two
+    jobs loads their list through pyslurm, and only then is it checked and imported."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import sbatch, wait_job_state
+
+    name, job_id = pair[2], job[0]
+    ended = sbatch(name, "-t", "1", "-o", str(tmp_path / "ended-%j.out"), "--wrap", "echo ended-here")
+    wait_job_state(name, ended, "COMPLETED")
+    code = ("import sys, json, io, contextlib\n"
+            "from slurmkit.cli import main\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            "    code = main(sys.argv[1:])\n"
+            "print(json.dumps([code, 'pyslurm' in sys.modules, out.getvalue()]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURMKIT_BACKEND", "SLURMKIT_VIA")}
+    env["SLURMKIT_SITE"] = str(Path(__file__).resolve().parents[2] / "site_configs" / "local.yaml")
+
+    def run(*argv):
+        proc = subprocess.run([sys.executable, "-c", code] + list(argv), env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    ref, other = "%s:%s" % (name, ended), "%s:%s" % (name, job_id)
+    for argv in (["status", ref], ["logs", "-n", "5", ref], ["why", "--here", ref]):
+        result = run(*argv)
+        assert result[:2] == [0, False], (argv, result)
+        assert (ref in result[2] or "ended-here" in result[2]), (argv, result)
+    both = run("status", "--json", ref, other)
+    assert both[:2] == [0, True]
+    assert {j["id"] for j in json.loads(both[2])["jobs"]} == {ref, other}
+
+
 def test_cancel(pair, job):
     backend, commands = pair[0], pair[1]
     job_id = job[0]
