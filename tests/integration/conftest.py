@@ -467,6 +467,13 @@ needs_image = pytest.mark.skipif(
         "the host's image, which test-releases hands into the root of Slurm %s (make image there first)"
         % IN_RELEASE_ROOT))
 
+# The runtimes Debian 12 lacks or a root may lack: their tests say where they run.
+needs_apptainer = pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian "
+                                     "release (the root of Slurm 26.05, Debian sid, has it: make test-releases runs "
+                                     "this there)")
+needs_runc = pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make "
+                                "install-system installs it)")
+
 
 @pytest.fixture(scope="session")
 def container_image(devcluster):

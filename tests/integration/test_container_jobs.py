@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (HAS_CH_RUN, IMAGE, IMAGE_PYTHON, alpha_with_runtime, job_info, needs_image, slurm_version,
-                      wait_job_state)
+from conftest import (HAS_CH_RUN, IMAGE, IMAGE_PYTHON, alpha_with_runtime, job_info, needs_apptainer, needs_image,
+                      needs_runc, slurm_version, wait_job_state)
 from harness import one_error_line, run_slurmkit, wait_until
 from training_output import TRAIN, check_training
 
@@ -71,9 +71,6 @@ def test_a_two_node_job_runs_every_task_in_the_image_with_the_jobs_variables(ima
     check_probe(text, "it's $(x)", tmp_path)
 
 
-needs_apptainer = pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian "
-                                     "release (the root of Slurm 26.05, Debian sid, has it: make test-releases runs "
-                                     "this there)")
 # Each real runtime that can run a multi-node step here: Charliecloud on alpha, Apptainer where Debian has
 # it (alpha's runtime replaced; --userns: see test_apptainer_runs_a_two_node_job_in_the_image_for_real).
 # Slurm's OCI runtime takes its mounts from the bundle alone, so the repository's training program is
@@ -104,8 +101,7 @@ def test_two_node_ddp_trains_in_the_image_with_torchrun(image, tmp_path, runtime
 
 @pytest.mark.parametrize("runtime", [
     pytest.param("charliecloud", id="charliecloud"),
-    pytest.param("oci", id="oci", marks=pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not "
-                                                           "installed here (make install-system installs it)")),
+    pytest.param("oci", id="oci", marks=needs_runc),
     pytest.param("apptainer", id="apptainer", marks=needs_apptainer)])
 def test_a_sweep_runs_each_point_in_the_image(image, tmp_path, runtime):
     # Each point an array task in the image: Charliecloud and Apptainer on alpha, Slurm's OCI on beta.
@@ -193,8 +189,6 @@ def test_an_image_the_site_does_not_define_is_refused_before_sbatch(image):
 # ---------------------------------------------------------------------------
 # Slurm's own OCI containers (beta: runc through oci.conf)
 
-needs_runc = pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make "
-                                "install-system installs it)")
 
 
 @needs_runc

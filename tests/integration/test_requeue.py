@@ -46,7 +46,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -58,8 +57,8 @@ from pathlib import Path
 import pytest
 
 from harness import wait_until
-from conftest import (CAN_RUN_IMAGES, IMAGE, IMAGE_PYTHON, alpha_with_runtime, needs_image, node_lock, slurm,
-                      slurm_version, torch_missing, wait_job_state)
+from conftest import (CAN_RUN_IMAGES, IMAGE, IMAGE_PYTHON, alpha_with_runtime, needs_apptainer, needs_image,
+                      needs_runc, node_lock, slurm, slurm_version, torch_missing, wait_job_state)
 from training_output import PYTHON, RESUME_RE, TRAIN, check_final, finals
 from tracked_user import User, named_jobs
 
@@ -869,7 +868,7 @@ def test_a_job_in_an_image_saves_on_usr1_and_restarts_from_that_checkpoint(scena
 
 
 @needs_image
-@pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make install-system)")
+@needs_runc
 @scenario_test("timeout_oci")
 def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     # USR1 went from the batch shell through srun --container and runc to both workers in the bundle.
@@ -878,8 +877,7 @@ def test_a_job_in_an_oci_bundle_saves_on_usr1_and_restarts_from_that_checkpoint(
 
 
 @needs_image
-@pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian release (the root "
-                    "of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
+@needs_apptainer
 @scenario_test("timeout_apptainer")
 def test_a_job_in_apptainer_saves_on_usr1_and_restarts_from_that_checkpoint(scenarios):
     result = check_time_limit(scenarios["timeout_apptainer"])
@@ -887,8 +885,7 @@ def test_a_job_in_apptainer_saves_on_usr1_and_restarts_from_that_checkpoint(scen
 
 
 @needs_image
-@pytest.mark.skipif(shutil.which("apptainer") is None, reason="Apptainer is not in this Debian release (the root "
-                    "of Slurm 26.05, Debian sid, has it: make test-releases runs this there)")
+@needs_apptainer
 @scenario_test("node_fail_apptainer")
 def test_a_job_in_apptainer_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
     # Both workers in Apptainer on alpha's cpu nodes; the first node set DOWN (NODE_FAIL); the daemon on the
@@ -898,7 +895,7 @@ def test_a_job_in_apptainer_restarts_after_a_node_failure_from_the_checkpoint_it
 
 
 @needs_image
-@pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed here (make install-system)")
+@needs_runc
 @scenario_test("node_fail_oci")
 def test_a_job_in_an_oci_bundle_restarts_after_a_node_failure_from_the_checkpoint_it_wrote_inside(scenarios):
     # One worker on each of two beta nodes, each in its own runc container; the first node set DOWN.
