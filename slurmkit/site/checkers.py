@@ -61,7 +61,7 @@ def check_name(value):
     return None
 
 
-def check_env_name(value):
+def check_fabric_env_name(value):
     """A fabric ``env`` name: the rule of ``--env`` (:func:`slurmkit.envnames.problem`), since both are
     exported by the job script, and upper case: the collective libraries read only upper-case names, so
     a site's ``nccl_debug`` is a typo that would silently do nothing."""

@@ -55,8 +55,8 @@ leaving ``account`` out.
 
 from slurmkit.containers.grammar import RUNTIMES
 from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, check_container_mount,
-                                    check_containers, check_drain_cap, check_env_name, check_fabric, check_feature,
-                                    check_health_skip, check_hours, check_ib_port, check_image_location,
+                                    check_containers, check_drain_cap, check_fabric, check_fabric_env_name,
+                                    check_feature, check_health_skip, check_hours, check_ib_port, check_image_location,
                                     check_image_name, check_mount_path, check_name, check_non_empty,
                                     check_partition, check_port_range, check_power, check_price_windows,
                                     check_carbon_forecast_source, check_carbon_windows, check_energy_price_windows,
@@ -95,7 +95,7 @@ FABRIC = {
         "socket_ifname": {"type": "str", "checker": check_non_empty,
                           "doc": "bootstrap interface(s): NCCL_SOCKET_IFNAME / HCCL_SOCKET_IFNAME"},
         "roce": ROCE,
-        "env": {"type": "map_of", "key_checker": check_env_name,
+        "env": {"type": "map_of", "key_checker": check_fabric_env_name,
                 "values": {"type": "one_of",
                            "alternatives": [{"type": "str"}, {"type": "number", "as_text": True}]},
                 "doc": "extra environment variables for the job, values strings or numbers; upper-case names, "
