@@ -340,14 +340,11 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
             return Placement(None, tuple(candidates))
         return _submit_in_order(session, candidates, [c for c in candidates if c.viable], token, clock,
                                 caller_token, cooldown, Placement(None, tuple(candidates)))
-    from slurmkit.energy.model import carbon_source
     from slurmkit.federation import windows as win
 
     now = datetime.fromtimestamp(clock.time())
     site = session.site
-    # Each cluster's forecast file is read once, however many of its partitions are candidates.
-    carbon = {name: carbon_source(site.clusters[name], now)
-              for name in dict.fromkeys(c.cluster for c in candidates if c.viable)}
+    carbon = win.carbon_by_cluster(site, candidates, now)
     warnings = tuple(source.warning for source in carbon.values() if source.warning)
     considered = win.windows(site, spec, candidates, deadline, now, carbon)
     order = win.choose(considered, prefer, deadline)

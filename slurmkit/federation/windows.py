@@ -73,6 +73,15 @@ def parse_deadline(text: str, now: datetime) -> datetime:
     return when
 
 
+def carbon_by_cluster(site: Site, candidates: Sequence, now: datetime) -> Dict[str, CarbonSource]:
+    """Each viable candidate's cluster's carbon intensity, its forecast read once however many of its
+    partitions are candidates (for a job and a sweep alike)."""
+    from slurmkit.energy.model import carbon_source
+
+    return {name: carbon_source(site.clusters[name], now)
+            for name in dict.fromkeys(c.cluster for c in candidates if c.viable)}
+
+
 def job_seconds(site: Site, spec) -> int:
     """The job's time limit in seconds: what a window must fit (--time, else the site's default)."""
     text = spec.time or site.defaults.time

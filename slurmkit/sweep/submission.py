@@ -448,16 +448,13 @@ def _place_in_time(session, spec: JobSpec, count: int, candidates, max_running: 
     """The whole sweep in the best window of --prefer under --deadline: its points run ``max_running`` at a time
     (all at once without it), so it lasts ceil(points / that) time limits from the window's start and draws
     that many jobs' power; a later window holds its arrays with --begin."""
-    from slurmkit.energy.model import carbon_source
     from slurmkit.federation import windows as win
 
     at_once = min(count, max_running or count)
     waves = -(-count // at_once)
     now = datetime.datetime.now()
     site = session.site
-    # Each cluster's forecast is read once, however many of its partitions are candidates.
-    carbon = {name: carbon_source(site.clusters[name], now)
-              for name in dict.fromkeys(c.cluster for c in candidates if c.viable)}
+    carbon = win.carbon_by_cluster(site, candidates, now)
     warnings = warnings + [source.warning for source in carbon.values() if source.warning]
     considered = win.windows(site, spec, candidates, deadline, now, carbon, at_once=at_once, waves=waves)
     try:
