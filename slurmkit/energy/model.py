@@ -84,6 +84,11 @@ def job_watts(partition: Partition, nodes: int, gpus_per_node: int) -> Tuple[Opt
     return nodes * (power.node_busy_watts + gpus_per_node * (power.gpu_busy_watts or 0.0)), None
 
 
+def gpu_price_windows(cluster: Cluster) -> List[HourWindow]:
+    """The cluster's GPU-hour prices as hour windows, for :func:`window_value`."""
+    return [HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour]
+
+
 def carbon_source(cluster: Cluster, now: datetime, read=None) -> CarbonSource:
     """The cluster's carbon intensity: its forecast (file or command) when it passes the checks, else its profile.
 
@@ -153,7 +158,7 @@ def _over_time(cluster: Cluster, gpus: int, start: datetime, seconds: float, wat
     cost_energy = cost_gpu = gco2 = 0.0
     sources = set()
     energy_price_known = gpu_price_known = carbon_known = True
-    gpu_prices = [HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour]
+    gpu_prices = gpu_price_windows(cluster)
     for a, b in _segments(begin, end, carbon.forecast):
         hours = (b - a).total_seconds() / 3600.0
         mid = a + (b - a) / 2

@@ -158,11 +158,9 @@ def partition_choices(site: Site, cluster: Cluster, spec: JobSpec, partition: Op
 
 def price_at(cluster: Cluster, when: datetime) -> Optional[float]:
     """The cluster's price per GPU-hour at ``when`` (in the cluster's time zone), if the site set one."""
-    from slurmkit.energy.model import window_value
-    from slurmkit.site.model import HourWindow
+    from slurmkit.energy.model import gpu_price_windows, window_value
 
-    return window_value([HourWindow(w.start_hour, w.end_hour, w.price) for w in cluster.price_per_gpu_hour], when,
-                        cluster.timezone)
+    return window_value(gpu_price_windows(cluster), when, cluster.timezone)
 
 
 def _is_unreachable(exc: SlurmkitError) -> bool:
