@@ -4,7 +4,7 @@ import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictFloat, cluster_option, job_options,
                                   job_spec_from, json_option, pass_session, print_json, requeue_options, site_option,
-                                  text_value, warn, when_options)
+                                  text_value, timed, warn, when_options)
 from slurmkit.cli import sweep_commands
 
 
@@ -82,11 +82,7 @@ def submit(session, cluster, accel, explain, dry_run, prefer, deadline, auto_req
                                                          checkpoint_dir=checkpoint_dir), requeue=requeue,
                                            prefer=prefer, deadline=deadline)
     if auto_requeue:
-        if prefer not in (None, "soon") or deadline:
-            from slurmkit.errors import UsageError
-
-            raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
-                             "start when the job fails, whatever the window; submit without one of them")
+        timed(prefer, deadline, auto_requeue, "the job")
         return _submit_tracked(session, job_spec_from(kwargs), cluster, partition, accel or explain or dry_run,
                                checkpoint_dir, sweep_commands.requeue_budget(
                                    auto_requeue, max_restarts, transient_exit, conventions, hang_timeout,

@@ -325,6 +325,19 @@ WHEN_OPTIONS = [
 when_options = option_group(WHEN_OPTIONS, "--prefer and --deadline, for ``submit`` and ``sweep submit``.")
 
 
+def timed(prefer, deadline, auto_requeue, what: str) -> bool:
+    """Whether --prefer cheap|green or --deadline place ``what`` (a job, a task) in time; refused beside
+    --auto-requeue, whose restarts start when it fails, whatever the window."""
+    if prefer in (None, "soon") and deadline is None:
+        return False
+    if auto_requeue:
+        from slurmkit.errors import UsageError
+
+        raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
+                         "start when %s fails, whatever the window; submit without one of them" % what)
+    return True
+
+
 def job_spec_from(kwargs):
     """Build a JobSpec from the job options; pops them from ``kwargs``."""
     from slurmkit.script.render import JobSpec

@@ -14,7 +14,7 @@ import click
 
 from slurmkit.cli.options import (COMMAND_CONTEXT, CONTEXT, StrictInt, cluster_option, job_options, job_spec_from,
                                   json_option, log_options, option_group, print_json, requeue_options, site_option,
-                                  text_value, warn, when_options)
+                                  text_value, timed, warn, when_options)
 
 SWEEP_OPTIONS = [
     click.option("--sweep", "sweep", multiple=True, metavar="NAME=V1,V2|NAME=A..B", callback=text_value,
@@ -93,16 +93,12 @@ def submit_sweep(session, cluster, partition, sweep_kwargs, spec, as_json, not_w
             "explain": "", "dry_run": ": render one task's job with 'slurmkit render'",
         }.get(given[0], "")))
     when = None
-    if prefer not in (None, "soon") or deadline is not None:
-        if requeue is not None:
-            raise UsageError("--prefer cheap|green and --deadline do not apply to --auto-requeue yet: its restarts "
-                             "start when a task fails, whatever the window; submit without one of them")
-        if deadline is not None:
-            import datetime
+    if timed(prefer, deadline, requeue is not None, "a task") and deadline is not None:
+        import datetime
 
-            from slurmkit.federation.windows import parse_deadline
+        from slurmkit.federation.windows import parse_deadline
 
-            when = parse_deadline(deadline, datetime.datetime.now())
+        when = parse_deadline(deadline, datetime.datetime.now())
 
     request = submission.SweepRequest(spec=spec, grid=tuple(sweep_kwargs.get("sweep") or ()),
                                       points_file=sweep_kwargs.get("sweep_file"), name=sweep_kwargs.get("sweep_name"),
