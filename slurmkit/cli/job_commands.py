@@ -155,8 +155,8 @@ def _submit_tracked(session, spec, cluster, partition, planning, checkpoint_dir,
         else:
             click.echo(str(submission.ref))
     if not as_json:
-        click.echo("tracked as job %d: the requeue daemon (slurmkit daemon run) restarts it; slurmkit daemon jobs shows it"
-                   % tracked_id, err=True)
+        click.echo("tracked as job %d: the requeue daemon (slurmkit daemon run) restarts it; slurmkit daemon jobs "
+                   "shows it" % tracked_id, err=True)
 
 
 @click.command(context_settings=CONTEXT)
