@@ -22,6 +22,7 @@ a state directory); nothing else runs the CLI.  (``tests/`` is on
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -54,6 +55,15 @@ def run_slurmkit(args: Sequence[object], env: Optional[Mapping[str, str]] = None
         raise AssertionError("slurmkit %s -> %d\nstdout: %s\nstderr: %s"
                              % (" ".join(argv), proc.returncode, proc.stdout, proc.stderr))
     return proc
+
+
+def default_interrupts() -> None:
+    """For a child's ``preexec_fn``: SIGINT and SIGQUIT as a terminal's process has them.  A suite started in
+    the background (`make test &`, `nohup`, cron, a CI script's `&`) hands them down ignored, and a process
+    that starts with SIGINT ignored never sees a test's Ctrl-C (Python installs no handler, bash cannot trap
+    it)."""
+    for number in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def run_main(capsys, *args: object, input: Optional[str] = None):

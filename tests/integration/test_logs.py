@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import sbatch, slurm, wait_job_state
-from harness import one_error_line, run_slurmkit, wait_until
+from harness import default_interrupts, one_error_line, run_slurmkit, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -34,7 +34,8 @@ def follow(*args, env=None) -> subprocess.Popen:
     """``slurmkit logs -f ...`` started, its output readable while it runs."""
     return subprocess.Popen([sys.executable, "-m", "slurmkit", "logs", "-f"] + [str(a) for a in args],
                             env=dict(os.environ, SLURMKIT_SITE=SITE, PYTHONUNBUFFERED="1", **(env or {})),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_interrupts)      # the user's Ctrl-C must reach it
 
 
 class Reader:

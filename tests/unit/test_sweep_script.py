@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from harness import default_interrupts
 from slurmkit.errors import ConfigError
 from slurmkit.script.render import JobSpec
 from slurmkit.slurm import commands
@@ -260,11 +261,9 @@ def test_a_signal_to_the_tasks_shell_reaches_the_program_which_ends_the_task(env
     path.write_text(array.script)
     env_ = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SBATCH"))}
     env_.update(SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID=array.job_id, SLURM_JOB_ID="9000")
-    # As slurmstepd starts a batch script: default dispositions.  A suite started in the background (`make
-    # test &`, cron) hands an ignored SIGINT down, and bash cannot trap a signal ignored on entry.
+    # As slurmstepd starts a batch script: default dispositions (harness.default_interrupts).
     proc = subprocess.Popen(["bash", str(path)], env=env_, cwd=str(tmp_path), start_new_session=True,
-                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT,
-                                                                                           signal.SIGQUIT)])
+                            preexec_fn=default_interrupts)
     output = point_dir(tmp_path, array.script, 0) / "output.log"
     deadline = time.monotonic() + 30
     while not (output.exists() and "ready" in output.read_text()):
