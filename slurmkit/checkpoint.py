@@ -141,7 +141,12 @@ def step_path(root, step):
 # Writing
 # --------------------------------------------------------------------------
 
-def _fsync_path(path, directory=False):
+def fsync_path(path, directory=False):
+    """Force ``path`` (a file, or a directory's entries) to stable storage.
+
+    Every durability step of a save goes through here, which is why it is
+    public: the tests record its calls to check what is synced and in which
+    order."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -174,13 +179,14 @@ def _sync_tree(top, share=0, shares=1):
     """
     for i, (_, full) in enumerate(_walk_files(top)):
         if i % shares == share:
-            _fsync_path(full)
+            fsync_path(full)
     if share == 0:
         for dirpath, _, _ in os.walk(top, topdown=False):
-            _fsync_path(dirpath, directory=True)
+            fsync_path(dirpath, directory=True)
 
 
-def _write_marker(tmp, step, world_size):
+def write_marker(tmp, step, world_size):
+    """Write and sync the ``COMPLETE`` marker of a filled temporary directory (a save's second step)."""
     files = {rel: os.path.getsize(full) for rel, full in _walk_files(tmp) if rel != MARKER}
     record = {
         "format": MARKER_FORMAT,
@@ -196,11 +202,11 @@ def _write_marker(tmp, step, world_size):
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    _fsync_path(tmp, directory=True)
+    fsync_path(tmp, directory=True)
 
 
-def _publish(tmp, final):
-    """Rename ``tmp`` to ``final``; an existing ``final`` (the same step saved again,
+def publish(tmp, final):
+    """The last step of a save: rename ``tmp`` to ``final``; an existing ``final`` (the same step saved again,
     e.g. by a run resumed from an older checkpoint) is moved aside first and removed
     after, so a reader never finds a mixture of the two."""
     parent = os.path.dirname(final)
@@ -212,12 +218,12 @@ def _publish(tmp, final):
         aside = os.path.join(parent, ".%s.old-%d" % (os.path.basename(final), os.getpid()))
         os.rename(final, aside)
         os.rename(tmp, final)
-        _fsync_path(parent, directory=True)
+        fsync_path(parent, directory=True)
         if os.path.isdir(aside) and not os.path.islink(aside):
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.unlink(aside)
-    _fsync_path(parent, directory=True)
+    fsync_path(parent, directory=True)
 
 
 def _default_tag(world_size):
@@ -259,10 +265,10 @@ def distributed_checkpoint_dir(root, step, *, rank, world_size, barrier, tag=Non
         _sync_tree(tmp, share=rank, shares=world_size)
         barrier()                 # ... and on disk
         if rank == 0:
-            _write_marker(tmp, step, world_size)
-            _publish(tmp, final)
+            write_marker(tmp, step, world_size)
+            publish(tmp, final)
     except BaseException:
-        if rank == 0:             # after a successful _publish there is nothing left to remove
+        if rank == 0:             # after a successful publish there is nothing left to remove
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     barrier()                     # no rank goes on before the checkpoint exists
@@ -527,8 +533,9 @@ def heartbeat_path(root, job_id):
     return os.path.join(heartbeat_dir(root), str(job_id))
 
 
-# When this process last wrote its heartbeat (time.monotonic()): see heartbeat().
-_last_beat = [None]
+# When this process last wrote its heartbeat (time.monotonic()), read and set by heartbeat();
+# public so that a test can start from "never".
+last_beat = [None]
 
 
 def heartbeat(step=None, path=None, every=5.0):
@@ -543,9 +550,9 @@ def heartbeat(step=None, path=None, every=5.0):
     if not path:
         return False
     now = time.monotonic()
-    if _last_beat[0] is not None and now - _last_beat[0] < every:
+    if last_beat[0] is not None and now - last_beat[0] < every:
         return False
-    _last_beat[0] = now
+    last_beat[0] = now
     tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
         with open(tmp, "w") as f:

@@ -40,7 +40,7 @@ _MIGRATIONS = {2: ("ALTER TABLE attempts ADD COLUMN ended_by TEXT NOT NULL DEFAU
                     "ALTER TABLE attempts ADD COLUMN progress TEXT NOT NULL DEFAULT ''",
                     "ALTER TABLE attempts ADD COLUMN progress_since REAL")}
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracked (
     id INTEGER PRIMARY KEY,
@@ -170,7 +170,7 @@ class Journal:
     def __init__(self, path: Optional[str] = None, clock=time):
         self.path = path or default_path()
         self.clock = clock
-        self.db = open_db(self.path, _SCHEMA, synchronous="FULL")   # a committed step survives power loss too
+        self.db = open_db(self.path, SCHEMA, synchronous="FULL")   # a committed step survives power loss too
         self.db.row_factory = sqlite3.Row
         check_schema(self.db, SCHEMA_VERSION, "requeue journal", self.path, _MIGRATIONS)
         self._lock_fd = None

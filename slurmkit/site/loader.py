@@ -43,9 +43,9 @@ from slurmkit.site.build import build_site
 from slurmkit.site.checkers import INVALID
 
 try:  # the libyaml parser is much faster; both give the same nodes and marks
-    from yaml import CSafeLoader as _YamlLoader
+    from yaml import CSafeLoader as YamlLoader
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _YamlLoader
+    from yaml import SafeLoader as YamlLoader
 
 __all__ = ["Problem", "load_site", "validate_files"]
 
@@ -493,7 +493,7 @@ def _check_file(path):
         return fail("invalid YAML: character %r is not allowed in a YAML file (only tab, newline and printable "
                     "characters are)" % bad.group(), text.count("\n", 0, bad.start()) + 1)
     try:
-        root = yaml.compose(text, Loader=_YamlLoader)
+        root = yaml.compose(text, Loader=YamlLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = "invalid YAML: %s" % (exc.problem or exc.context or "syntax error")

@@ -21,7 +21,7 @@ SBATCH_INPUT_ENV = frozenset({"SLURM_CLUSTERS", "SLURM_HINT"})
 UNSUPPORTED = object()
 
 
-def _directive_args(text: str) -> List[str]:
+def directive_args(text: str) -> List[str]:
     """Split what follows ``#SBATCH`` into arguments the way sbatch does.
 
     Mirrors sbatch's ``_get_argument`` (src/sbatch/opt.c): whitespace
@@ -75,7 +75,7 @@ def sbatch_directives(script: str) -> List[Tuple[str, object]]:
             break  # sbatch stops at the first command
         if not line.startswith("#SBATCH"):
             continue
-        args = _directive_args(line[len("#SBATCH"):])
+        args = directive_args(line[len("#SBATCH"):])
         i = 0
         while i < len(args):
             arg = args[i]

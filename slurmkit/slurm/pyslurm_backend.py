@@ -102,7 +102,7 @@ def versions_match(pyslurm_version: str, slurm_version: str) -> bool:
     return ours is not None and ours == theirs
 
 
-def _installed_version() -> Optional[str]:
+def installed_version() -> Optional[str]:
     """The installed distribution's version, read without importing pyslurm.
 
     Importing a pyslurm built for another Slurm can fail in odd ways (missing
@@ -132,7 +132,7 @@ def _installed_version() -> Optional[str]:
         return None
 
 
-def _effective_conf(cluster) -> str:
+def effective_conf(cluster) -> str:
     """The SLURM_CONF the Slurm commands would use for ``cluster`` ("" = Slurm's default)."""
     return cluster.slurm_conf or os.environ.get("SLURM_CONF", "") or ""
 
@@ -150,7 +150,7 @@ def conf_conflict(wanted: str, initialised: Optional[str]) -> Optional[str]:
             % (initialised or "(Slurm default)", wanted or "(Slurm default)"))
 
 
-def _initialised() -> Optional[str]:
+def initialised_conf() -> Optional[str]:
     """The SLURM_CONF the pyslurm of this process was initialised with, None if not imported."""
     if "pyslurm" not in sys.modules:
         return None
@@ -161,7 +161,7 @@ def _initialised() -> Optional[str]:
     return os.environ.get("SLURM_CONF", "") or ""
 
 
-def _import_pyslurm(conf: str):
+def import_pyslurm(conf: str):
     """Import pyslurm so that libslurm initialises with ``conf``.
 
     pyslurm's ``__init__`` calls ``slurm_init()``, which reads SLURM_CONF from
@@ -213,8 +213,8 @@ def unusable_reason(runner: Runner, cluster) -> Optional[str]:
     with _LOCK:
         if not pyslurm_installed():
             return "pyslurm is not installed"
-        conf = _effective_conf(cluster)
-        conflict = conf_conflict(conf, _initialised())
+        conf = effective_conf(cluster)
+        conflict = conf_conflict(conf, initialised_conf())
         if conflict:
             return conflict
         key = (cluster.name, conf)
@@ -235,11 +235,11 @@ def _check(runner: Runner, conf: str) -> Optional[str]:
         slurm_version = parsers.parse_version(result.stdout)
     except SlurmkitError as exc:
         return str(exc)
-    installed = _installed_version()
+    installed = installed_version()
     if installed and not versions_match(installed, slurm_version):
         return "pyslurm %s does not match Slurm %s" % (installed, slurm_version)
     try:
-        module = _import_pyslurm(conf)
+        module = import_pyslurm(conf)
     except Exception as exc:  # ImportError, or whatever a broken build raises
         return "pyslurm cannot be imported: %s: %s" % (type(exc).__name__, exc)
     version = str(getattr(module, "__version__", "") or installed or "")
@@ -367,7 +367,7 @@ class PyslurmBackend(CommandBackend):
                 # An attribute this pyslurm build does not have: let sbatch do it.
                 self.last_submit_via = "sbatch"
                 return super().submit(script, token)
-            with _LibslurmStderr() as said:
+            with LibslurmStderr() as said:
                 try:
                     job_id = self._rpc("submit", desc.submit)
                 except ValueError as exc:  # pyslurm's own validation, e.g. "Not a valid Batch script"
@@ -550,7 +550,7 @@ def _script_file(text: str):
             pass
 
 
-class _LibslurmStderr:
+class LibslurmStderr:
     """Collects what libslurm writes to file descriptor 2 while a submission runs.
 
     libslurm logs its own complaint before returning an error ("python:
@@ -581,7 +581,8 @@ class _LibslurmStderr:
         return False
 
 
-def _reset_for_tests():
-    """Forget cached answers (tests only; the import itself cannot be undone)."""
+def forget_answers():
+    """Forget the cached answers about pyslurm's usability, so that the next call asks again
+    (what a test that changes the answer needs; the import itself cannot be undone)."""
     with _LOCK:
         _CACHE.clear()

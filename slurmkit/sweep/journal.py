@@ -30,7 +30,7 @@ from slurmkit.statedb import check_schema, open_db, transaction
 
 SCHEMA_VERSION = 1
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sweeps (
     id TEXT PRIMARY KEY,
@@ -179,7 +179,7 @@ class Journal:
     def __init__(self, path: Optional[str] = None, clock=time):
         self.path = path or default_path()
         self.clock = clock
-        self.db = open_db(self.path, _SCHEMA, synchronous="NORMAL")   # with WAL: survives a crash of the process
+        self.db = open_db(self.path, SCHEMA, synchronous="NORMAL")   # with WAL: survives a crash of the process
         check_schema(self.db, SCHEMA_VERSION, "sweep journal", self.path)
 
     def close(self):

@@ -45,7 +45,7 @@ OPTIONAL_IN_COMMANDS = ("cluster", "exit_code", "stdout")
 @pytest.fixture(scope="module")
 def pair(devcluster):
     """(PyslurmBackend, CommandBackend, cluster name, partition) for one dev cluster."""
-    initialised = pb._initialised()
+    initialised = pb.initialised_conf()
     names = [n for n in PARTITION if initialised is None or devcluster[n].slurm_conf == initialised]
     name = names[0] if names else "alpha"
     conf = devcluster[name].slurm_conf

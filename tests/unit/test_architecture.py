@@ -277,12 +277,21 @@ def _private_uses(name, path):
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
                     found.append("line %d: from %s import %s" % (node.lineno, base, alias.name))
                 modules[alias.asname or alias.name] = "%s.%s" % (base, alias.name)
+    def private(attr):
+        return attr.startswith("_") and not attr.startswith("__") and attr not in NAMEDTUPLE_API
+
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                and node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API
-                and modules[node.value.id] != name):
+                and private(node.attr) and modules[node.value.id] != name):
             found.append("line %d: %s.%s" % (node.lineno, node.value.id, node.attr))
-    return found
+        # setattr(x, "_y", ...) and monkeypatch.setattr(x, "_y", ...): the same reach, spelled as a string
+        elif (isinstance(node, ast.Call) and len(node.args) >= 2
+                and (getattr(node.func, "id", None) == "setattr" or getattr(node.func, "attr", None) == "setattr")
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                and private(node.args[1].value) and modules[node.args[0].id] != name):
+            found.append("line %d: %s.%s" % (node.lineno, node.args[0].id, node.args[1].value))
+    return sorted(found, key=lambda use: int(use.split()[1].rstrip(":")))   # ast.walk goes breadth first
 
 
 def test_no_module_uses_another_modules_private_names():
@@ -293,7 +302,17 @@ def test_no_module_uses_another_modules_private_names():
     # the check itself sees what it looks for
     sample = ROOT / "tests" / "unit" / "data" / "private_use_sample.py"
     assert _private_uses("slurmkit.sample", sample) == ["line 2: from slurmkit.slurm.backend import _hidden",
-                                                        "line 5: parsers._number"]
+                                                        "line 5: parsers._number",
+                                                        "line 6: parsers._number"]
+
+
+def test_no_test_uses_a_modules_private_names():
+    """Tests hold the library to its public names too: a test that patches or calls a private
+    helper breaks when the helper is renamed, and hides that the helper is a real seam (then it
+    deserves a public name and a docstring)."""
+    tests = sorted(p for p in (ROOT / "tests").rglob("*.py") if "data" not in p.relative_to(ROOT / "tests").parts)
+    offenders = {str(p.relative_to(ROOT)): uses for p in tests for uses in [_private_uses("tests." + p.stem, p)] if uses}
+    assert offenders == {}
 
 
 def test_setup_cfg_lists_every_package():

@@ -85,8 +85,8 @@ def test_exception_in_block_removes_temporary_and_publishes_nothing(tmp_path):
 
 def test_save_function_and_files_are_fsynced(tmp_path, monkeypatch):
     synced = []
-    real = checkpoint._fsync_path
-    monkeypatch.setattr(checkpoint, "_fsync_path",
+    real = checkpoint.fsync_path
+    monkeypatch.setattr(checkpoint, "fsync_path",
                         lambda p, directory=False: (synced.append(os.path.basename(p)), real(p, directory)))
     path = checkpoint.save(tmp_path, 3, lambda d: write(os.path.join(d, "model.pt")))
     assert path == checkpoint.step_path(tmp_path, 3)
@@ -117,9 +117,9 @@ CRASHER = textwrap.dedent("""
         with open(os.path.join(tmp, "state.pt"), "wb") as f:
             f.write(b"1" * 1000)
     if point == "before-marker":
-        checkpoint._write_marker = die
+        checkpoint.write_marker = die
     if point == "before-rename":
-        checkpoint._publish = die
+        checkpoint.publish = die
     with checkpoint.checkpoint_dir(root, 2) as tmp:
         with open(os.path.join(tmp, "state.pt"), "wb") as f:
             f.write(b"2" * 500)
@@ -146,7 +146,7 @@ def test_a_crash_at_any_point_leaves_no_complete_looking_checkpoint(tmp_path, po
 def test_distributed_ranks_write_shards_rank0_publishes_each_file_synced_once(tmp_path, monkeypatch):
     world = 3
     synced = []
-    real = checkpoint._fsync_path
+    real = checkpoint.fsync_path
     lock = threading.Lock()
 
     def recording(p, directory=False):
@@ -155,7 +155,7 @@ def test_distributed_ranks_write_shards_rank0_publishes_each_file_synced_once(tm
                 synced.append(os.path.basename(p))
         real(p, directory)
 
-    monkeypatch.setattr(checkpoint, "_fsync_path", recording)
+    monkeypatch.setattr(checkpoint, "fsync_path", recording)
     barrier = threading.Barrier(world, timeout=30)
     # A stale temporary of an earlier try of the same run is cleared, not mixed in.
     write(str(tmp_path / ".step-000040.tmp-run7" / "stale.bin"))
@@ -496,7 +496,7 @@ def test_import_is_stdlib_only_and_light():
 
 def test_the_heartbeat_writes_at_most_every_few_seconds_and_only_in_a_tracked_job(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURMKIT_HEARTBEAT", raising=False)
-    monkeypatch.setattr(checkpoint, "_last_beat", [None])
+    monkeypatch.setattr(checkpoint, "last_beat", [None])
     assert checkpoint.heartbeat(1) is False                       # outside such a job: nothing
     path = tmp_path / "beat"
     monkeypatch.setenv("SLURMKIT_HEARTBEAT", str(path))

@@ -52,9 +52,9 @@ class VersionRunner(Runner):
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
-    pb._reset_for_tests()
+    pb.forget_answers()
     yield
-    pb._reset_for_tests()
+    pb.forget_answers()
 
 
 def cluster(name="alpha", conf="/srv/alpha/slurm.conf"):
@@ -206,13 +206,13 @@ def test_directives_several_per_line_quotes_and_comments():
 
 
 def test_directive_args_follow_sbatch_quoting():
-    assert directives._directive_args(' --job-name="a \\"b\\" c" --x') == ['--job-name=a "b" c', "--x"]
-    assert directives._directive_args(" --comment='single' ") == ["--comment='single'"]  # single quotes are literal
-    assert directives._directive_args(' --comment="a#b" --qos=q') == ["--comment=a"]    # '#' ends the line, even quoted
-    assert directives._directive_args(' --comment=a\\#b') == ["--comment=a#b"]
-    assert directives._directive_args(' "" --qos=q') == []                              # an empty argument ends it
+    assert directives.directive_args(' --job-name="a \\"b\\" c" --x') == ['--job-name=a "b" c', "--x"]
+    assert directives.directive_args(" --comment='single' ") == ["--comment='single'"]  # single quotes are literal
+    assert directives.directive_args(' --comment="a#b" --qos=q') == ["--comment=a"]    # '#' ends the line, even quoted
+    assert directives.directive_args(' --comment=a\\#b') == ["--comment=a#b"]
+    assert directives.directive_args(' "" --qos=q') == []                              # an empty argument ends it
     # sbatch tests for whitespace before it looks at a pending escape: "\ " still splits
-    assert directives._directive_args(" -J x\\ y") == ["-J", "x", "y"]
+    assert directives.directive_args(" -J x\\ y") == ["-J", "x", "y"]
 
 
 def test_directive_value_in_the_next_argument_and_unknown_options():
@@ -369,16 +369,16 @@ def test_unusable_reason_without_pyslurm(monkeypatch):
 def installed_but_not_imported(monkeypatch):
     """pyslurm 'installed' as far as our probe knows; importing it would be a test failure."""
     monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
-    monkeypatch.setattr(pb, "_initialised", lambda: None)
+    monkeypatch.setattr(pb, "initialised_conf", lambda: None)
 
     def no_import(conf):
         raise AssertionError("pyslurm must not be imported here")
 
-    monkeypatch.setattr(pb, "_import_pyslurm", no_import)
+    monkeypatch.setattr(pb, "import_pyslurm", no_import)
 
 
 def test_version_mismatch_is_found_before_importing(monkeypatch, installed_but_not_imported):
-    monkeypatch.setattr(pb, "_installed_version", lambda: "25.11.0")
+    monkeypatch.setattr(pb, "installed_version", lambda: "25.11.0")
     runner = VersionRunner()
     assert pb.unusable_reason(runner, cluster()) == "pyslurm 25.11.0 does not match Slurm 22.05.8"
     assert runner.calls == [("scontrol", "--version")]
@@ -395,7 +395,7 @@ def test_unreadable_slurm_version_never_imports_pyslurm(monkeypatch, installed_b
 
 
 def test_unusable_reason_is_cached_per_cluster(monkeypatch, installed_but_not_imported):
-    monkeypatch.setattr(pb, "_installed_version", lambda: "23.2.2")
+    monkeypatch.setattr(pb, "installed_version", lambda: "23.2.2")
     runner = VersionRunner()
     first = pb.unusable_reason(runner, cluster())
     assert first == "pyslurm 23.2.2 does not match Slurm 22.05.8"
@@ -407,13 +407,13 @@ def test_unusable_reason_is_cached_per_cluster(monkeypatch, installed_but_not_im
 
 def test_import_failure_is_the_reason(monkeypatch):
     monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
-    monkeypatch.setattr(pb, "_initialised", lambda: None)
-    monkeypatch.setattr(pb, "_installed_version", lambda: "22.5.2")
+    monkeypatch.setattr(pb, "initialised_conf", lambda: None)
+    monkeypatch.setattr(pb, "installed_version", lambda: "22.5.2")
 
     def broken(conf):
         raise ImportError("libslurm.so.38: cannot open shared object file")
 
-    monkeypatch.setattr(pb, "_import_pyslurm", broken)
+    monkeypatch.setattr(pb, "import_pyslurm", broken)
     reason = pb.unusable_reason(VersionRunner(), cluster())
     assert reason.startswith("pyslurm cannot be imported") and "libslurm.so.38" in reason
 
@@ -428,10 +428,10 @@ def test_conf_conflict():
 
 def test_effective_conf_is_what_the_commands_would_use(monkeypatch):
     monkeypatch.setenv("SLURM_CONF", "/etc/other/slurm.conf")
-    assert pb._effective_conf(cluster()) == "/srv/alpha/slurm.conf"
-    assert pb._effective_conf(cluster(conf=None)) == "/etc/other/slurm.conf"
+    assert pb.effective_conf(cluster()) == "/srv/alpha/slurm.conf"
+    assert pb.effective_conf(cluster(conf=None)) == "/etc/other/slurm.conf"
     monkeypatch.delenv("SLURM_CONF")
-    assert pb._effective_conf(cluster(conf=None)) == ""
+    assert pb.effective_conf(cluster(conf=None)) == ""
 
 
 # ---------------------------------------------------------------------------
@@ -479,15 +479,15 @@ def test_a_pyslurm_backend_decides_once_at_its_first_pyslurm_call(monkeypatch):
     # pyslurm "installed" for Slurm 22.05 but failing to import: the commands answer, as before
     # when make_backend itself found it unusable.
     monkeypatch.setattr(pb, "pyslurm_installed", lambda: True)
-    monkeypatch.setattr(pb, "_initialised", lambda: None)
-    monkeypatch.setattr(pb, "_installed_version", lambda: "22.5.3")
+    monkeypatch.setattr(pb, "initialised_conf", lambda: None)
+    monkeypatch.setattr(pb, "installed_version", lambda: "22.5.3")
     imports = []
 
     def broken_import(conf):
         imports.append(conf)
         raise ImportError("libslurm.so.38: cannot open shared object file")
 
-    monkeypatch.setattr(pb, "_import_pyslurm", broken_import)
+    monkeypatch.setattr(pb, "import_pyslurm", broken_import)
     runner = QuietSlurm()
     backend = pb.PyslurmBackend(cluster(), runner=runner, when_needed=True)
     assert runner.calls == [] and imports == []
@@ -507,7 +507,7 @@ def test_pyslurm_backend_refuses_when_unusable(monkeypatch):
 
 def test_libslurm_stderr_is_collected_not_shown(capfd):
     # libslurm writes to file descriptor 2 itself, below Python's sys.stderr.
-    with pb._LibslurmStderr() as said:
+    with pb.LibslurmStderr() as said:
         os.write(2, b"python: error: invalid partition specified: ghost\n")
     os.write(2, b"after\n")
     assert said.text == "python: error: invalid partition specified: ghost\n"

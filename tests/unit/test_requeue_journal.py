@@ -136,7 +136,7 @@ def test_a_journal_of_the_first_schema_is_brought_up_to_date_and_keeps_its_jobs(
 
     path = str(tmp_path / "old.db")
     old = sqlite3.connect(path)
-    schema = journal_module._SCHEMA
+    schema = journal_module.SCHEMA
     for column in ("ended_by TEXT NOT NULL DEFAULT '',", "progress TEXT NOT NULL DEFAULT '',",
                    "progress_since REAL,"):
         start = schema.index(column)

@@ -715,7 +715,7 @@ def test_pure_python_parser_reports_the_same(tmp_path, monkeypatch):
                  for line, key, message in problems_of(tmp_path, text)] for text in texts]
 
     with_c = run()
-    monkeypatch.setattr(loader, "_YamlLoader", yaml.SafeLoader)
+    monkeypatch.setattr(loader, "YamlLoader", yaml.SafeLoader)
     assert run() == with_c
 
 

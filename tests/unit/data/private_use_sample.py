@@ -3,3 +3,4 @@ from slurmkit.slurm.backend import _hidden, CommandBackend  # noqa: F401
 from slurmkit.slurm import parsers
 
 parsers._number("1"), CommandBackend.__name__, _hidden
+setattr(parsers, "_number", None)
