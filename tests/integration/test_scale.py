@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from site_drafts import assert_same_cluster, slurm_switch_cap, unexplained_differences
+from slurmkit.site import load_site
 from slurmkit.slurm import hostlist
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -334,3 +336,26 @@ def test_the_drain_cap_holds_when_many_nodes_fail_in_the_same_second(cluster):
         left = [n.name for n in nodes if n.reason == "slurmkit: " + check]
         if left:
             run(["scontrol", "update", "NodeName=" + ",".join(left), "State=RESUME"], env, check=False)
+
+
+def test_site_init_drafts_what_the_scale_site_says_and_renders_the_same_jobs(cluster, tmp_path):
+    """Issue "site init"'s proof on a cluster of a real GPU site's shape: the draft of the scale cluster
+    (its 256 nodes probed by one job, being one node type) validates, says what the site file scale.py
+    writes says (partition, GPUs, gres, memory, limits, the two spines as switch-group features, the
+    switch-wait cap), and a heavy job of 32 and of 256 nodes renders the same from either."""
+    env, n = cluster
+    draft = tmp_path / "draft.yaml"
+    env = dict(env, HOME=str(tmp_path))
+    env.pop("SLURMKIT_SITE", None)
+    p = run([sys.executable, "-m", "slurmkit", "site", "init", "--site", SITE, "-o", draft], env, timeout=180)
+    assert "written (%s)" % scale.NAME in p.stdout and "0 guesses" in p.stdout, p.stdout
+    assert run([sys.executable, "-m", "slurmkit", "site", "validate", draft], env).stdout.strip() == "%s: ok" % draft
+    hand, drafted = load_site(SITE), load_site(str(draft))
+    assert drafted.clusters[scale.NAME].partitions["gpu"].max_nodes == n
+    assert_same_cluster(hand, drafted, scale.NAME, slurm_switch_cap(scale.STATE / "etc" / "slurm.conf"))
+    for nodes in (32, n):
+        rendered = [run([sys.executable, "-m", "slurmkit", "render", "--site", site, "-T", "torchrun", "-N", nodes, "--comm", "heavy",
+                         "-t", "00:10:00", "--token", "init-compare", "-J", "compare", "--", "python", "train.py"],
+                        env).stdout for site in (SITE, draft)]
+        assert "#SBATCH --switches=%d@" % (nodes // 16) in rendered[0]
+        assert unexplained_differences(*rendered) == []

@@ -14,7 +14,6 @@ holds gamma's two nodes with a job of its own for a few seconds, so that a
 probe job cannot start.
 """
 
-import difflib
 import json
 import os
 import re
@@ -25,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from harness import one_error_line, run_slurmkit
+from site_drafts import assert_same_cluster, slurm_switch_cap, unexplained_differences
 from slurmkit.health.sources.fakes import write_ib_port
-from slurmkit import times
 from slurmkit.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,51 +60,9 @@ def test_the_draft_validates(drafted):
     assert proc.stdout.strip() == "%s: ok" % path
 
 
-def _seconds(text):
-    return None if text is None else times.slurm_time_seconds(text)
-
-
-def _slurm_cap(name):
-    """The cap Slurm puts on --switches waits on this cluster (its SchedulerParameters, Slurm's 300 without)."""
-    conf = (REPO / ".devcluster" / name / "etc" / "slurm.conf").read_text()
-    found = re.search(r"max_switch_wait=(\d+)", conf)
-    return int(found.group(1)) if found else 300
-
-
 @pytest.mark.parametrize("name", CLUSTERS)
 def test_the_draft_says_what_local_yaml_says(drafted, name):
-    hand = load_site(str(LOCAL_SITE))
-    draft = load_site(str(drafted[0]))
-    want, got = hand.clusters[name], draft.clusters[name]
-    assert set(got.partitions) == set(want.partitions)
-    for part_name, theirs in want.partitions.items():
-        ours = got.partitions[part_name]
-        for field in ("accelerator", "gpu_model", "effective_gres_name", "gpus_per_node", "cpus_per_node",
-                      "memory_mb", "max_nodes"):
-            assert getattr(ours, field) == getattr(theirs, field), (name, part_name, field)
-        # local.yaml writes 24:00:00 where Slurm prints 1-00:00:00: the same limit.
-        assert _seconds(ours.max_time) == _seconds(theirs.max_time), (name, part_name)
-    assert got.switch_group_features == want.switch_group_features
-    for part_name, theirs in want.partitions.items():
-        # The probe job: loopback nodes, no RDMA device, so the fabric local.yaml describes by hand.
-        ours = got.partitions[part_name].fabric
-        assert (ours.type, ours.hcas, ours.socket_ifname) == (theirs.fabric.type, theirs.fabric.hcas,
-                                                               theirs.fabric.socket_ifname), (name, part_name)
-    assert got.default_partition == want.default_partition
-    assert (got.slurm_conf, got.login) == (want.slurm_conf, want.login)
-    # The cap: local.yaml asks alpha and gamma for a 10-minute wait on purpose (to exercise the warning);
-    # what jobs get is the shorter of the site's wait and Slurm's cap, and that must agree.
-    cap = _slurm_cap(name)
-    assert min(_seconds(draft.switch_wait(got)), cap) == min(_seconds(hand.switch_wait(want)), cap)
-    assert _seconds(draft.switch_wait(got)) == cap       # the draft writes the cap itself: no warning
-
-
-# The one thing a rendered job may differ in, and why: the rendezvous port range.  local.yaml spreads jobs
-# over 20000-29999 because three clusters share one machine; that is a site's choice Slurm and the nodes do
-# not know, so the draft keeps slurmkit's default.  The fabric lines (NCCL_SOCKET_IFNAME=lo ...) are equal:
-# the probe job found the interface that carries the nodes' addresses.
-EXPLAINED = [re.compile(p) for p in (
-    r"site's range \d+-\d+", r"^slurmkit_ports=\d+$", r"MASTER_PORT=\$\(\(\d+ \+")]
+    assert_same_cluster(load_site(str(LOCAL_SITE)), load_site(str(drafted[0])), name, slurm_switch_cap(REPO / ".devcluster" / name / "etc" / "slurm.conf"))
 
 
 def _render(home, site, cluster, partition, nodes):
@@ -121,13 +78,7 @@ def test_a_job_rendered_from_the_draft_equals_the_hand_written_ones(drafted, nam
     path, home = drafted
     hand = _render(home, LOCAL_SITE, name, partition, nodes)
     ours = _render(home, path, name, partition, nodes)
-    changed = [line[1:] for line in difflib.unified_diff(hand.splitlines(), ours.splitlines(), lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    unexplained = [line for line in changed if not any(p.search(line) for p in EXPLAINED)]
-    assert not unexplained, "\n".join(unexplained)
-    # The #SBATCH lines (partition, gres, switches and their wait) are all equal.
-    assert [ln for ln in hand.splitlines() if ln.startswith("#SBATCH")] == \
-        [ln for ln in ours.splitlines() if ln.startswith("#SBATCH")]
+    assert unexplained_differences(hand, ours) == []
 
 
 def test_gamma_over_ssh_drafts_what_it_drafts_locally(devcluster, tmp_path):
