@@ -24,7 +24,9 @@ if TYPE_CHECKING:  # annotations only: a submission never builds a JobInfo nor a
 
 # Whole-string patterns (fullmatch, ASCII): "$" would let a trailing newline
 # through, and "\d" would take digits of every script.
-_REF_RE = re.compile(r"(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>[0-9]+)", re.ASCII)
+# A job id is never 0 (Slurm's own commands read 0 as "every job": `scontrol show job 0` lists them all).
+JOB_REF_PATTERN = r"(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>[1-9][0-9]*)"
+_REF_RE = re.compile(JOB_REF_PATTERN, re.ASCII)
 TOKEN_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 # How long a submission waits for another one with the same token (same as
 # the cluster-side wrapper's flock -w 60).

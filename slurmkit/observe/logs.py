@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from slurmkit.errors import SlurmkitError, UsageError
+from slurmkit.jobs import JOB_REF_PATTERN
 
 if TYPE_CHECKING:
     from slurmkit.session import Session
@@ -47,7 +48,7 @@ READ_EVERY_S = 0.5
 WINDOW_START = 64 << 10
 WINDOW_MAX = 16 << 20
 
-_TASK_REF_RE = re.compile(r"(?:(?P<cluster>[A-Za-z0-9_.-]+):)?(?P<job>[0-9]+)(?:_(?P<task>[0-9]+))?", re.ASCII)
+_TASK_REF_RE = re.compile(JOB_REF_PATTERN + r"(?:_(?P<task>[0-9]+))?", re.ASCII)
 _PENDING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD")
 # The letters whose value is known only where the file is written: matched against the files.
 _WHERE_LETTERS = {"N": "node", "n": "node", "t": "rank"}
