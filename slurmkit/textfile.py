@@ -68,12 +68,13 @@ def read_text(path, limit: int) -> str:
         raise FileProblem("not UTF-8 text (byte 0x%02x)" % data[exc.start], line) from None
 
 
-def write_atomic(path, text: str, *, mode: int = 0o644, fsync: bool = False) -> None:
+def write_atomic(path, text: str, *, mode: int = 0o644, fsync: bool = False, replace: bool = True) -> None:
     """Replace ``path`` with ``text`` (UTF-8) in one rename: a reader sees the old file or the new one,
     never part of either.  The file gets exactly ``mode``; ``fsync`` makes the new text durable before it
     replaces the old.  The temporary file is beside ``path`` (one file system, so the rename is atomic),
     named for this process and call (threads and processes never share one), and removed when anything
-    fails; the OSError is the caller's to report or to ignore."""
+    fails; the OSError is the caller's to report or to ignore.  ``replace=False``: never replace an
+    existing ``path`` (FileExistsError), published by a hard link, which fails where the name exists."""
     path = os.fspath(path)
     tmp = "%s.tmp%d-%d" % (path, os.getpid(), next(_TMP_NUMBERS))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -84,10 +85,14 @@ def write_atomic(path, text: str, *, mode: int = 0o644, fsync: bool = False) -> 
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+            return
+        os.link(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+    os.unlink(tmp)

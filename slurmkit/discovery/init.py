@@ -245,17 +245,16 @@ def validate_text(text: str) -> None:
 
 
 def _write(output: str, text: str, force: bool) -> None:
+    """Write the draft whole or not at all (a failed write leaves no half file), over an existing one only
+    with ``force``."""
     from slurmkit import textfile
 
-    if force:
-        textfile.write_atomic(output, text)
-        return
     try:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        textfile.write_atomic(output, text, replace=force)
     except FileExistsError:
         raise UsageError("%s exists; pass --force to replace it, or write elsewhere with -o" % output) from None
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    except OSError as exc:
+        raise SlurmkitError("could not write %s: %s" % (output, exc.strerror or exc)) from None
 
 
 def _untrusted(exc: HostKeyError, cluster: Cluster) -> HostKeyError:

@@ -5,6 +5,7 @@ the real clusters' drafts are compared with local.yaml in
 tests/integration/test_site_init.py.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,13 @@ def test_init_writes_a_file_and_never_overwrites_one(tmp_path):
     target.write_text("site: mine\n")
     init.init_site(output=str(target), force=True, backend_factory=lambda c: fake_hopper())
     assert "hopper" in target.read_text()
+
+
+def test_a_draft_that_cannot_be_written_is_one_line_naming_the_file_and_leaves_nothing(tmp_path):
+    # /proc takes no new files, whoever asks (root passes access(2) there).
+    with pytest.raises(SlurmkitError, match=r"^could not write /proc/hopper.yaml: ") as caught:
+        init.init_site(output="/proc/hopper.yaml", backend_factory=lambda c: fake_hopper())
+    assert not isinstance(caught.value, UsageError) and not os.path.exists("/proc/hopper.yaml")
 
 
 def test_init_refuses_a_directory_and_a_missing_parent(tmp_path):

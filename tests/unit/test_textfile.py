@@ -37,6 +37,20 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path)
         textfile.write_atomic(tmp_path / "no-such-dir" / "f", "x")
 
 
+def test_without_replace_a_new_file_is_published_whole_and_an_existing_one_is_kept(tmp_path):
+    path = tmp_path / "draft.yaml"
+    textfile.write_atomic(path, "first\n", replace=False)
+    assert path.read_text() == "first\n" and stat.S_IMODE(path.stat().st_mode) == 0o644
+    with pytest.raises(FileExistsError):
+        textfile.write_atomic(path, "second\n", replace=False)
+    assert path.read_text() == "first\n"
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")            # a dangling link is a name that exists
+    with pytest.raises(FileExistsError):
+        textfile.write_atomic(tmp_path / "link", "x", replace=False)
+    assert not (tmp_path / "elsewhere").exists()
+    assert sorted(os.listdir(tmp_path)) == ["draft.yaml", "link"]     # no temporary file left
+
+
 def test_threads_writing_one_file_at_once_never_leave_part_of_one(tmp_path):
     path = tmp_path / "shared"
     texts = ["%d" % i * 20000 for i in range(8)]
