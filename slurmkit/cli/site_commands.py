@@ -177,7 +177,8 @@ def site_init(site, clusters, output, force, no_probe, probe_wait, login, identi
               help="Do not run the short probe job per node type: the fabrics (HCAs, socket interface) go unchecked.")
 @click.option("--probe-wait", type=StrictInt(min=1, max=3600), default=30, show_default=True, metavar="SECONDS",
               help="How long each probe job may wait for a free node before it gives up.")
-def site_check(site, live, clusters, as_json, no_probe, probe_wait):
+@click.argument("named_site", required=False, metavar="[SITE]", callback=text_value)
+def site_check(site, live, clusters, as_json, no_probe, probe_wait, named_site):
     """Check the site file against the live clusters: one line per finding with its fix.
 
     With --live, reads each cluster as 'site init' does (partitions, nodes,
@@ -187,11 +188,12 @@ def site_check(site, live, clusters, as_json, no_probe, probe_wait):
     have, switch-group features no node carries, and waits Slurm caps.  Each
     finding is 'fail' (jobs fail or never start), 'slower' (jobs run slower)
     or 'warning'; exit 1 when any is fail or slower, 0 otherwise.  Without
-    --live the file is only validated, as 'site validate' does.
+    --live the file is only validated, as 'site validate' does.  SITE (a
+    name or a file) is the same as --site.
 
     \b
     Example:
-      slurmkit site check --live --site mysite
+      slurmkit site check --live mysite.yaml
       slurmkit site check --live --site mysite --cluster hopper --json
     """
     from slurmkit.cli import display
@@ -199,6 +201,9 @@ def site_check(site, live, clusters, as_json, no_probe, probe_wait):
     from slurmkit.errors import UsageError
     from slurmkit.site import find_site, resolve_site_path
 
+    if named_site and site and named_site != site:
+        raise UsageError("the site is named twice (--site %s and %s): give it once" % (site, named_site))
+    site = named_site or site
     if not site:
         raise UsageError(NO_SITE)
     if not live:

@@ -35,7 +35,7 @@ FAIL, SLOWER, WARNING = "fail", "slower", "warning"
 # What makes `site check` exit 1: a finding that makes jobs fail or run slower.
 HARMFUL = (FAIL, SLOWER)
 _ORDER = {FAIL: 0, SLOWER: 1, WARNING: 2}
-NO_SITE = "site check needs the site to check: pass --site NAME|PATH or set $SLURMKIT_SITE"
+NO_SITE = "site check needs the site to check: name it (SITE or --site NAME|PATH) or set $SLURMKIT_SITE"
 
 
 class Finding(NamedTuple):

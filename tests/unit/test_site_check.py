@@ -8,6 +8,8 @@ tests/integration/test_site_init.py.
 
 import pytest
 
+from harness import one_error_line, run_main
+
 from slurmkit.discovery import check, facts, init, nodeprobe
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.site import load_site
@@ -219,6 +221,19 @@ def test_a_cluster_that_does_not_answer_is_named(tmp_path):
 def test_a_check_needs_a_site():
     with pytest.raises(UsageError, match="site check needs the site to check"):
         check.check_site(None)
+
+
+def test_the_site_is_named_as_an_argument_or_with_site_but_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SLURMKIT_SITE", raising=False)
+    path = tmp_path / "site.yaml"
+    path.write_text(SITE)
+    assert run_main(capsys, "site", "check", path)[:2] == (0, "%s: ok (validated only; --live compares it with "
+                                                              "the clusters)\n" % path)
+    code, _, err = run_main(capsys, "site", "check", "--site", "other", path)
+    assert code == 2 and one_error_line(err) == "Error: the site is named twice (--site other and %s): give it " \
+                                                "once" % path
+    code, _, err = run_main(capsys, "site", "check")
+    assert code == 2 and "name it (SITE or --site NAME|PATH)" in one_error_line(err)
 
 
 def test_a_cpu_named_partition_given_the_nodes_gpus_is_right(tmp_path):
