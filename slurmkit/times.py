@@ -74,14 +74,15 @@ def parse_minutes(text) -> Optional[float]:
 
 _RELATIVE_RE = re.compile(r"(?:now)?\+([0-9]+)\s*(m|min|minutes?|h|hours?|d|days?)", re.ASCII | re.IGNORECASE)
 _CLOCK_RE = re.compile(r"([0-9]{1,2}):([0-9]{2})", re.ASCII)
-WHEN_FORMATS_TEXT = "YYYY-MM-DDTHH:MM[:SS], HH:MM (the next one), +8h, +90m, +2d or now+8hours"
+WHEN_FORMATS_TEXT = "YYYY-MM-DD[THH:MM[:SS]], HH:MM (the next one), +8h, +90m, +2d or now+8hours"
 
 
 def parse_when(text, now):
     """The moment ``text`` names, as a naive local datetime like ``now`` (Slurm's own times are local).
 
-    Accepts an ISO date and time (``2026-12-05T08:00``), a clock time (``08:00``: the next one after
-    ``now``) or a time from now (``+8h``, ``+90m``, ``+2d``, ``now+8hours``); ValueError otherwise.
+    Accepts an ISO date and time (``2026-12-05T08:00``), a date (``2026-12-05``: its midnight, as Slurm's
+    ``--begin`` and ``--deadline`` read it), a clock time (``08:00``: the next one after ``now``) or a time
+    from now (``+8h``, ``+90m``, ``+2d``, ``now+8hours``); ValueError otherwise.
     """
     from datetime import datetime, timedelta
 
@@ -99,7 +100,7 @@ def parse_when(text, now):
         return moment if moment > now else moment + timedelta(days=1)
     try:
         moment = datetime.fromisoformat(raw.replace(" ", "T", 1)) if re.fullmatch(
-            r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?", raw, re.ASCII) else None
+            r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?)?", raw, re.ASCII) else None
     except ValueError:
         moment = None
     if moment is None:

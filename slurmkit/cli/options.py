@@ -317,8 +317,8 @@ WHEN_OPTIONS = [
                       "window is submitted with --begin). A sweep goes whole to the best window, its points "
                       "--max-running at a time."),
     click.option("--deadline", metavar="WHEN", callback=text_value,
-                 help="The job (a sweep: all its points) must end by then: 2026-12-05T08:00, 08:00 (the next "
-                      "one), +8h, +2d. Refused, with the earliest possible end, when no cluster can meet it."),
+                 help="The job (a sweep: all its points) must end by then: 2026-12-05T08:00, 2026-12-06 (its "
+                      "midnight), 08:00 (the next one), +8h, +2d. Refused, with the earliest possible end, when no cluster can meet it."),
 ]
 
 

@@ -69,7 +69,7 @@ def parse_deadline(text: str, now: datetime) -> datetime:
         raise UsageError("--deadline: %s" % exc) from None
     if when <= now:
         raise UsageError("--deadline %s is not in the future (now: %s); give a later one"
-                         % (when.isoformat(sep=" "), now.replace(microsecond=0).isoformat(sep=" ")))
+                         % (when.replace(microsecond=0).isoformat(sep=" "), now.replace(microsecond=0).isoformat(sep=" ")))
     return when
 
 

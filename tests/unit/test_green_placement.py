@@ -241,12 +241,13 @@ def test_an_unknown_preference_is_refused_before_anything_is_asked(tmp_path):
     ("+8h", datetime(2026, 12, 4, 18, 30)), ("now+90minutes", datetime(2026, 12, 4, 12, 0)),
     ("+2d", datetime(2026, 12, 6, 10, 30)), ("08:00", datetime(2026, 12, 5, 8, 0)),
     ("11:00", datetime(2026, 12, 4, 11, 0)), ("2026-12-05T08:00", datetime(2026, 12, 5, 8, 0)),
+    ("2026-12-06", datetime(2026, 12, 6, 0, 0)), ("2026-12-05 08:00:30", datetime(2026, 12, 5, 8, 0, 30)),
 ])
 def test_parse_when(text, expected):
     assert parse_when(text, datetime(2026, 12, 4, 10, 30)) == expected
 
 
-@pytest.mark.parametrize("text", ["tomorrow", "25:00", "2026-13-01T00:00", "+", ""])
+@pytest.mark.parametrize("text", ["tomorrow", "25:00", "2026-13-01T00:00", "2026-02-30", "2026-12-5", "+", ""])
 def test_parse_when_refuses_what_is_not_a_moment(text):
     with pytest.raises(ValueError):
         parse_when(text, datetime(2026, 12, 4, 10, 30))
@@ -284,6 +285,8 @@ def local_clusters(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (("submit", "--prefer", "green", "--deadline", "yesterday", "-t", "5", "--", "true"),
      "--deadline: 'yesterday' is not a moment"),
+    (("submit", "--prefer", "green", "--deadline", "2020-01-01", "-t", "5", "--", "true"),
+     "--deadline 2020-01-01 00:00:00 is not in the future (now: "),
     (("submit", "--prefer", "green", "--deadline", "+1m", "-t", "5", "--", "true"),
      "no cluster can end the job by the deadline"),
     (("submit", "--prefer", "fast", "--", "true"), "'fast' is not one of 'soon', 'cheap', 'green'"),
