@@ -211,6 +211,35 @@ def up_accounting(c, dbd_conf_changed=False):
     start_daemon(dbd)
     wait_port(c.dbd_addr, c.dbd_port, "%s slurmdbd" % c.name, timeout=30)
     register_cluster(c)
+    if add_test_qos(c) and c.slurmctld().pid():
+        # slurmdbd tells a running slurmctld of a new QOS by calling it back at the address it
+        # registered from, 127.0.0.1 here (loopback's source address), where slurmctld does not
+        # listen (NoCtldInAddrAny): it learns of the QOS only as it starts.
+        say("%s: QOS added, restarting slurmctld so it knows them" % c.name)
+        c.slurmctld().stop()
+
+
+# QOS that only the tests' jobs ask for (--qos=NAME), each with one limit, so that a test can hold
+# a job on a QOS limit without limiting anyone else's jobs (AccountingStorageEnforce=limits).  They
+# are made here, before slurmctld starts: slurmdbd cannot tell a running slurmctld of a new one (see
+# up_accounting), so a test cannot make its own.
+TEST_QOS = {
+    "test_onejob": "MaxJobsPerUser=1",      # a second job pends: QOSMaxJobsPerUserLimit
+    "test_onecpu": "GrpTRES=cpu=1",         # a second 1-CPU job pends: QOSGrpCpuLimit
+}
+
+
+def add_test_qos(c):
+    """sacctmgr add qos for each of TEST_QOS missing; True when one was added."""
+    p = run(c.wrap(["sacctmgr", "-n", "-P", "show", "qos", "format=name"]), env=c.env(), timeout=30)
+    have = set(p.stdout.split())
+    added = False
+    for name, limit in TEST_QOS.items():
+        if name not in have:
+            run(c.wrap(["sacctmgr", "-i", "add", "qos", name, limit]), env=c.env(), timeout=30)
+            say("%s: added QOS %s (%s) for the tests" % (c.name, name, limit))
+            added = True
+    return added
 
 
 def register_cluster(c, timeout=30.0):

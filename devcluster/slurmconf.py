@@ -233,6 +233,17 @@ class Cluster(SlurmDaemons):
                 # Keep each job's --comment in the database: the requeue daemon finds an
                 # attempt by its token there once squeue has forgotten the job.
                 "AccountingStoreFlags=job_comment",
+                # Enforce QOS and association limits, as a site with accounting does: a job over
+                # one pends with QOS.../Assoc... as its reason (`slurmkit why` says it with the
+                # limit and the usage).  "limits" implies "associations": every job needs one, and
+                # root's (account root, made with the cluster) is what the suites submit as; the
+                # QOS a test limits is its own (--qos), so no other job meets a limit.
+                "AccountingStorageEnforce=limits",
+                # Kill a step whose tasks' memory (sampled at JobAcctGatherFrequency, or the job's
+                # --acctg-freq) exceeds what it asked for: Slurm's own memory enforcement where
+                # cgroups are not available (TaskPlugin=task/none here); the job ends
+                # OUT_OF_MEMORY, which `slurmkit why` and `eff` explain.
+                "JobAcctGatherParams=OverMemoryKill",
             ]
         else:
             lines += [
