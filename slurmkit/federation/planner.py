@@ -346,6 +346,8 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
     warnings = tuple(source.warning for source in carbon.values() if source.warning)
     considered = win.windows(site, spec, candidates, deadline, now, carbon)
     order = win.choose(considered, prefer, deadline)
+    # In a dry run too: --explain shows the window the job would really get.
+    considered, order = _confirmed(session, spec, considered, order, prefer, deadline, carbon)
     base = Placement(None, tuple(candidates), windows=tuple(considered), chosen=order[0] if order else None,
                      prefer=prefer, warnings=warnings)
     if dry_run:
@@ -357,6 +359,38 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
                                                                 w.cluster, w.candidate.partition))
               for w in order)
     return _submit_in_order(session, candidates, to_try, token, clock, caller_token, cooldown, base)
+
+
+# How many times a later window that Slurm says starts later still is moved and the choice made again:
+# each try is one sbatch --test-only; past it the last choice stands (Slurm holds the job until it can run).
+CONFIRM_TRIES = 8
+
+
+def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
+    """(windows, choice) once the chosen window, if it is a later one, is where Slurm would really start
+    the job held until then (``sbatch --test-only`` with ``--begin``); see :mod:`slurmkit.federation.windows`."""
+    from datetime import timedelta
+
+    from slurmkit.federation import windows as win
+
+    considered = list(considered)
+    for _ in range(CONFIRM_TRIES):
+        if not order or not order[0].later:
+            break
+        best = order[0]
+        rendered = prepare(session, spec._replace(begin=win.begin_text(best.start)), best.cluster,
+                           best.candidate.partition)
+        start = session.backend(best.cluster).estimate_start(rendered.script).start
+        if start <= best.start + timedelta(minutes=1):
+            break
+        # Held until any time between the window and that start, the job would start then too: those
+        # windows of the place go, and one at that start stands for them.
+        place = (best.cluster, best.candidate.partition)
+        considered = [w for w in considered
+                      if (w.cluster, w.candidate.partition) != place or not best.start <= w.start < start]
+        considered.append(win.moved(session.site, spec, best, start, deadline, carbon))
+        order = win.choose(considered, prefer, deadline)
+    return considered, order
 
 
 def _submit_in_order(session, candidates, to_try: Iterable[Candidate], token, clock, caller_token, cooldown,

@@ -15,6 +15,14 @@ estimate (``sbatch --test-only``); here, pure:
   price, then site order); ``cheap`` the lowest cost, ``green`` the lowest
   carbon, among windows that end by the deadline, unknown values last,
   ties to the other measure, then the earlier start, then the site order.
+- **A later window is confirmed** before it is taken: Slurm is asked
+  (``sbatch --test-only --begin``) when the job would start held until
+  then; where that is later (nodes busy then: a long job, or jobs this
+  planner itself put in the same clean hour), the window moves to that start
+  and the choice is made again (:func:`moved`; the planner's
+  ``_confirmed``).  Without it, jobs submitted on the same afternoon all
+  chose the same clean hour and queued past their deadlines
+  (``make bench-green``).
 - A deadline no window meets is refused (:class:`DeadlineError`, exit 2)
   with the earliest possible end.
 """
@@ -119,6 +127,19 @@ def windows(site: Site, spec, candidates: Sequence, deadline: Optional[datetime]
             out.append(Window(cand, start, start + length, later, use,
                               deadline is None or start + length <= deadline))
     return out
+
+
+def moved(site: Site, spec, window: Window, start: datetime, deadline: Optional[datetime],
+          carbon: Dict[str, CarbonSource]) -> Window:
+    """``window`` starting at ``start`` instead (where Slurm says the job would really start), its use
+    and whether it meets the deadline worked out again (one job's window: a sweep's waves are not moved)."""
+    cluster = site.clusters[window.cluster]
+    part = cluster.partitions[window.candidate.partition]
+    gpus = part.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
+    seconds = (window.end - window.start).total_seconds()
+    use = expected(cluster, part, spec.nodes, gpus, start, seconds, carbon.get(window.cluster))
+    end = start + timedelta(seconds=seconds)
+    return window._replace(start=start, end=end, use=use, meets=deadline is None or end <= deadline)
 
 
 def _unknown_last(value: Optional[float]) -> Tuple[int, float]:
