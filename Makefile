@@ -20,6 +20,7 @@ help:
 	@echo "make cluster-up / cluster-down / cluster-status;  eval \"\$$(make -s cluster-env)\""
 	@echo "make cluster-up SCALE=1024   the opt-in 1,024-node scale cluster instead (devcluster/scale.py); make bench-scale"
 	@echo "make test-releases   the suite on Slurm 24.11 and 26.05 (Debian roots) and the mixed-release federation"
+	@echo "make bench-green     a week of submissions replayed in simulated time: --prefer green --deadline against the soonest cluster"
 	@echo "make bench-goodput   goodput of a real DDP job under a failure mix: slurmkit, Slurm's --requeue, an afterany chain"
 	@echo "make docs      the documentation site (mkdocs.yml, docs/), built strict into build/docs"
 	@echo "make image     the container image of the container tests (Debian 12 + PyTorch, no registry), cached"
@@ -93,6 +94,13 @@ bench: venv compile cluster-up image
 	$(PY) bench/bench_containers.py
 	$(PY) bench/bench_observe.py
 	$(PY) bench/bench_api.py
+
+# Green placement: a week of submissions through the real planner (submit --prefer green --deadline)
+# against simulated clusters in simulated time (about a second; no cluster needed), compared with
+# every job at once to the soonest cluster.  .bench/green.json; docs/benchmarks.md has the figures.
+.PHONY: bench-green
+bench-green: venv
+	$(PY) bench/bench_green.py
 
 # Goodput of a real training job under a mix of injected failures, for slurmkit's daemon,
 # Slurm's own --requeue and a blind afterany chain, one after the other (about 25 minutes;
