@@ -134,7 +134,7 @@ def attempts_from_rows(cluster: str, rows: List[Dict[str, str]]) -> List[Attempt
     return [Attempt(**a) for a in attempts]
 
 
-def _human_bytes(n: Optional[float]) -> str:
+def human_bytes(n: Optional[float]) -> str:
     if n is None:
         return "?"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -151,6 +151,24 @@ def _human_time(seconds: Optional[float]) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return "%d:%02d:%02d" % (h, m, s)
+
+
+def mem_per_node(attempt: Attempt) -> Optional[float]:
+    """The memory an attempt was given on each node (AllocTRES's mem over its nodes); None where unrecorded."""
+    return attempt.mem_bytes / attempt.nodes if attempt.mem_bytes and attempt.nodes else None
+
+
+def over_memory(attempt: Attempt) -> bool:
+    """Its largest task's peak went over the memory it was given per node: what Slurm's memory enforcement
+    (cgroup, or JobAcctGatherParams=OverMemoryKill) kills a job for."""
+    per_node = mem_per_node(attempt)
+    return attempt.peak_rss_bytes is not None and per_node is not None and attempt.peak_rss_bytes > per_node
+
+
+def memory_option(peak_bytes: float) -> str:
+    """The --mem to ask for after a peak: a quarter more, rounded up to 64 MiB (``--mem=768M``)."""
+    mib = -(-int(peak_bytes * 1.25) // (64 << 20)) * 64
+    return "--mem=%dG" % (mib // 1024) if mib % 1024 == 0 else "--mem=%dM" % mib
 
 
 class Report(NamedTuple):
@@ -238,7 +256,7 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None, s
     # Elapsed is whole seconds: a short busy job reads a little over 100 %; it cannot have been.
     cpu_eff = min(100.0, 100.0 * sum(a.cpu_s for a in cpu) / sum(a.cpus * a.elapsed_s for a in cpu)) if cpu else None
     peak = max((a.peak_rss_bytes for a in attempts if a.peak_rss_bytes is not None), default=None)
-    per_node = (last.mem_bytes / last.nodes) if last.mem_bytes and last.nodes else None
+    per_node = mem_per_node(last)
     gpus = last.gpus if last.gpus is not None else gpus_hint
     gpu_hours = (sum((a.gpus if a.gpus is not None else gpus) * a.elapsed_s for a in attempts) / 3600.0
                  if gpus is not None else None)
@@ -253,11 +271,12 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None, s
              "CPU: %s" % ("%.0f %% of %d CPU(s) busy (%s of CPU time)" % (cpu_eff, last.cpus,
                                                                          _human_time(sum(a.cpu_s for a in cpu)))
                           if cpu_eff is not None else "not recorded"),
-             "memory: %s" % ("peak %s (the largest task) of %s per node" % (_human_bytes(peak), _human_bytes(per_node))
-                             if peak is not None else "not recorded (no step sampled it)"),
+             "memory: %s" % ("peak %s (the largest task) of %s per node%s" % (
+                 human_bytes(peak), human_bytes(per_node), " (%.0f %%)" % (100.0 * peak / per_node) if per_node else "")
+                 if peak is not None else "not recorded (no step sampled it)"),
              "GPUs: %s" % ("%d, %.2f GPU-hours" % (gpus, gpu_hours) if gpus is not None else
                            "not recorded (the cluster's AccountingStorageTRES does not count gres/gpu)"),
-             "GPU utilisation: %s" % ("%.0f %%%s" % (max(utils), ", peak GPU memory %s" % _human_bytes(
+             "GPU utilisation: %s" % ("%.0f %%%s" % (max(utils), ", peak GPU memory %s" % human_bytes(
                  max(a.gpu_mem_bytes or 0 for a in attempts)) if any(a.gpu_mem_bytes for a in attempts) else "")
                                      if utils else "not collected (AccountingStorageTRES gres/gpuutil and an NVML "
                                                    "gather plugin, Slurm 23.02+)"),
@@ -267,11 +286,14 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None, s
     if energy is not None:
         lines[-1:] = _energy_lines(energy, energy_j)
     verdicts = []
-    if last.state == "OUT_OF_MEMORY":
+    if any(over_memory(a) for a in attempts):
+        verdicts.append("it used more memory than it asked for (peak %s of %s per node) and Slurm kills a job for "
+                        "that: ask for %s" % (human_bytes(peak), human_bytes(per_node), memory_option(peak)))
+    elif last.state == "OUT_OF_MEMORY":
         verdicts.append("it ran out of memory: ask for more (--mem) than its peak")
     elif peak is not None and per_node and peak < 0.25 * per_node and per_node > (1 << 30):
         verdicts.append("asked for %s per node, used at most %s: ask for about %s (--mem)"
-                        % (_human_bytes(per_node), _human_bytes(peak), _human_bytes(max(peak * 1.5, 256 << 20))))
+                        % (human_bytes(per_node), human_bytes(peak), human_bytes(max(peak * 1.5, 256 << 20))))
     if cpu_eff is not None and last.cpus > 1 and cpu_eff < 50:
         need = max(1, int(round(last.cpus * cpu_eff / 100.0 * 1.25)))
         verdicts.append("asked for %d CPUs, kept about %.1f busy: ask for %d" % (last.cpus, last.cpus * cpu_eff / 100.0,
@@ -304,7 +326,7 @@ def array_report(ref: str, tasks: List[List[Attempt]]) -> Report:
         lines.append("  %-16s %-12s %s elapsed, CPU %s, peak memory %s" % (
             r.ref.split(":")[-1], d["state"], _human_time(d["elapsed_s"]),
             "%.0f %%" % d["cpu_efficiency_pct"] if d["cpu_efficiency_pct"] is not None else "?",
-            _human_bytes(d["peak_rss_bytes"])))
+            human_bytes(d["peak_rss_bytes"])))
     gpu_hours = [r.data["gpu_hours"] for r in reports]
     cpu_time = sum(a.cpu_s or 0 for t in tasks for a in t)
     cpu_alloc = sum(a.cpus * a.elapsed_s for t in tasks for a in t)

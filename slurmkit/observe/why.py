@@ -84,6 +84,83 @@ def _limit_words(reason: str) -> Optional[str]:
     return "%s %s %s" % (who, kind, what)
 
 
+# A limit reason's resource, as Slurm spells it, and the TRES it limits (None: a count of jobs, or wall time).
+_LIMIT_RESOURCES = [("SubmitJobs", "submit"), ("SubmitJob", "submit"), ("Jobs", "jobs"), ("Job", "jobs"),
+                    ("WallDuration", "wall"), ("Wall", "wall"), ("Cpu", "cpu"), ("CPU", "cpu"),
+                    ("Memory", "mem"), ("Mem", "mem"), ("Node", "node"), ("GRES", "gres"), ("Energy", "energy"),
+                    ("Billing", "billing"), ("License", "license")]
+_SCOPES = {"PerUser": "PU", "PerAccount": "PA", "PerJob": "PJ", "PerNode": "PN", "": ""}
+
+
+class LimitReason(NamedTuple):
+    """What a QOS.../Assoc... pending reason names: Slurm's field for it in ``scontrol show assoc_mgr``."""
+
+    on_qos: bool           # QOS..., else Assoc...
+    field: str             # MaxJobsPU, GrpTRES, GrpTRESMins, MaxTRESPJ, GrpJobs, MaxJobs ...
+    tres: Optional[str]    # cpu, mem, node, energy, billing, "gres" (any gres/...); None for jobs and wall
+
+
+def limit_reason(code: str) -> Optional[LimitReason]:
+    """``QOSMaxJobsPerUserLimit`` -> (qos, MaxJobsPU, None); ``AssocGrpCpuLimit`` -> (assoc, GrpTRES, cpu);
+    ``QOSGrpCPURunMinutesLimit`` -> (qos, GrpTRESRunMins, cpu); None for a reason that names no limit."""
+    import re
+
+    m = re.fullmatch(r"(QOS|Assoc)(Grp|Max|Min)([A-Za-z]+?)(Limit)?", code)
+    if not m:
+        return None
+    rest = m.group(3)
+    for word, what in _LIMIT_RESOURCES:
+        if rest.startswith(word):
+            rest = rest[len(word):]
+            break
+    else:
+        return None
+    minutes = ""
+    for word, suffix in (("RunMinutes", "RunMins"), ("Minutes", "Mins"), ("Mins", "Mins")):
+        if rest.startswith(word):
+            minutes, rest = suffix, rest[len(word):]
+            break
+    scope = _SCOPES.get(rest)
+    if scope is None:
+        return None
+    kind, on_qos = m.group(2), m.group(1) == "QOS"
+    if what in ("jobs", "submit"):
+        name = "Jobs" if what == "jobs" else "SubmitJobs"
+        # An association's own per-user limit is MaxJobs (it is the user's); a QOS's is MaxJobsPU.
+        return LimitReason(on_qos, kind + name + (scope if kind == "Max" and scope != "PJ" else ""), None)
+    if what == "wall":
+        return LimitReason(on_qos, "GrpWall" if kind == "Grp" else "MaxWallPJ", None)
+    if kind == "Grp":
+        return LimitReason(on_qos, "GrpTRES" + minutes, what)
+    if minutes:
+        return LimitReason(on_qos, "MaxTRESMins" + (scope or "PJ"), what)
+    return LimitReason(on_qos, "%sTRES%s" % (kind, scope or "PJ"), what)
+
+
+_LIMIT_WORDS = {"GrpJobs": "running job(s) of everyone in it together", "GrpSubmitJobs": "job(s) of everyone in it "
+                "pending or running together", "MaxJobsPU": "running job(s) per user", "MaxJobsPA":
+                "running job(s) per account", "MaxJobs": "running job(s) of yours", "MaxSubmitJobsPU":
+                "job(s) pending or running per user", "MaxSubmitJobsPA": "job(s) pending or running per account",
+                "MaxSubmitJobs": "job(s) of yours pending or running", "GrpWall": "minutes of wall time of its jobs "
+                "together", "MaxWallPJ": "minutes of wall time per job", "GrpTRES": "{tres} in use by everyone in "
+                "it together", "GrpTRESMins": "{tres}-minutes used by everyone in it together", "GrpTRESRunMins":
+                "{tres}-minutes of its running jobs' remaining time together", "MaxTRESPU": "{tres} in use per user",
+                "MaxTRESPA": "{tres} in use per account", "MaxTRESPJ": "{tres} per job", "MaxTRESPN":
+                "{tres} per node", "MaxTRESMinsPJ": "{tres}-minutes per job", "MinTRESPJ": "{tres} per job at least"}
+_TRES_UNITS = {"mem": "MB of memory", "cpu": "CPU(s)", "node": "node(s)", "energy": "joules", "billing": "billing units"}
+
+
+def describe_limit(holder: str, limit) -> str:
+    """One limit in words, with what is in use of it: "QOS test_onejob allows at most 1 running job(s) per
+    user; in use now: 1"."""
+    tres = _TRES_UNITS.get(limit.tres or "", limit.tres or "")
+    words = _LIMIT_WORDS.get(limit.field, limit.field + " {tres}").format(tres=tres)
+    at = "at least" if limit.field.startswith("Min") else "at most"
+    text = "%s allows %s %s %s (%s%s=%s)" % (holder, at, limit.limit, words.replace(" at least", ""), limit.field,
+                                              "[%s]" % limit.tres if limit.tres else "", limit.limit)
+    return text + ("; in use now: %s" % limit.used if limit.used else "")
+
+
 def _fields(kv: Dict[str, str], job: str) -> Dict[str, str]:
     unavailable = ""
     reason = kv.get("Reason", "")
@@ -107,9 +184,19 @@ def explain_pending_reason(kv: Dict[str, str], job: str) -> Tuple[str, str]:
         return meaning.format(**fields), todo.format(**fields)
     limit = _limit_words(code)
     if limit:
-        return ("%s holds it (%s)" % (limit, code),
-                "wait for your other jobs to end, or ask for less; `sacctmgr show qos %s` shows the limit"
-                % fields["qos"])
+        which = limit_reason(code)
+        user = kv.get("UserId", "").split("(")[0] or "$USER"
+        if which is not None and which.field.endswith("PJ"):
+            todo = "ask for less: the limit is on each job (cancel it and submit it smaller, or with another QOS)"
+        elif which is None or which.on_qos:
+            todo = ("wait: it starts when jobs under QOS {q} end (squeue --qos={q} -t running lists them); or "
+                    "cancel it and submit it with another QOS (--qos); `sacctmgr show qos {q}` shows the limits"
+                    ).format(q=fields["qos"])
+        else:
+            todo = ("wait: it starts when jobs of account {a} end (squeue --account={a} -t running lists them); "
+                    "or ask your site's administrators to raise it; `sacctmgr show assoc user={u}` shows the "
+                    "limits").format(a=fields["account"], u=user)
+        return "%s holds it (%s)" % (limit, code), todo
     if not code or code == "None":
         return "Slurm has not looked at it yet (it was just submitted)", "wait a scheduling cycle"
     return ("Slurm's reason is %s" % reason, "see `man squeue` (JOB REASON CODES)")
@@ -229,6 +316,47 @@ def _estimate(kv: Dict[str, str], now: datetime) -> Optional[datetime]:
     return start if start is not None and start > now else None
 
 
+def held_by_limit(backend, kv: Dict[str, str]) -> Optional[str]:
+    """For a job held by a QOS or association limit: that limit's value and what is in use of it now, from
+    the controller (one RPC); None for another reason, or a limit the controller does not show."""
+    code = kv.get("Reason", "").split(",")[0].strip()
+    which = limit_reason(code)
+    if which is None:
+        return None
+    user, _, uid = kv.get("UserId", "").partition("(")
+    uid, account, qos = uid.rstrip(")"), kv.get("Account", ""), kv.get("QOS", "")
+    try:
+        limits = (backend.limits(qos=qos) if which.on_qos else
+                  backend.limits(user=user or None, account=account or None))
+    except SlurmkitError as exc:
+        return "not known (%s)" % exc
+    # A QOS's per-user and per-account limits are kept per uid and per account name; an association's
+    # limit may be the user's own or one of its accounts' up the tree (all of them in the answer).
+    own = {"PU": "qos %s user %s" % (qos, uid), "PA": "qos %s account %s" % (qos, account)}
+    holder = own.get(which.field[-2:], "qos " + qos) if which.on_qos else None
+    matching = [lim for lim in limits if lim.field == which.field and (holder is None or lim.holder == holder)
+                and (which.tres is None or lim.tres == which.tres
+                     or (which.tres == "gres" and (lim.tres or "").startswith("gres/")))]
+    if not matching:
+        return None
+    matching.sort(key=lambda lim: not _reached(lim))      # the one reached (in use at or over it) first
+    lim = matching[0]
+    if which.on_qos:
+        said = "QOS %s" % qos
+    elif lim.holder.startswith("account %s user " % account):
+        said = "your association (account %s)" % account
+    else:
+        said = lim.holder
+    return describe_limit(said, lim)
+
+
+def _reached(lim) -> bool:
+    try:
+        return float(lim.used) >= float(lim.limit)
+    except ValueError:
+        return False
+
+
 def why_pending(session: "Session", ref: "LogRef", kv: Dict[str, str], now: datetime,
                 ask_elsewhere: bool = True) -> Why:
     backend = session.backend(ref.cluster)
@@ -236,6 +364,10 @@ def why_pending(session: "Session", ref: "LogRef", kv: Dict[str, str], now: date
     lines = ["%s is PENDING: %s" % (ref, meaning), "what to do: %s" % todo]
     data = {"id": str(ref), "state": kv.get("JobState"), "reason": kv.get("Reason"), "meaning": meaning,
             "todo": todo}
+    held_by = held_by_limit(backend, kv)
+    if held_by:
+        lines.insert(1, "the limit: %s" % held_by)
+        data["limit"] = held_by
     start = _estimate(kv, now)
     data["estimate"] = start.isoformat() if start else None
     lines.append("Slurm's start estimate: %s" % (
@@ -278,6 +410,29 @@ ENDED = {
 }
 
 
+def memory_kill(backend, job_id: str) -> Optional[dict]:
+    """A job SIGKILLed (or ended OUT_OF_MEMORY) whose largest task's peak, as accounting sampled it, went
+    over the memory it was given per node: Slurm's memory enforcement killed it.  {what, todo, peak,
+    per_node}; None where accounting does not show that (no accounting, or no sample over the limit)."""
+    from slurmkit.observe import eff
+
+    try:
+        rows = backend.usage_records([job_id])
+    except SlurmkitError:
+        return None
+    # sacct -j also lists the jobs whose steps it matches: the job's own attempts, the latest last.
+    attempts = [a for a in eff.attempts_from_rows("", rows or []) if a.job_id == job_id]
+    if not attempts or not eff.over_memory(attempts[-1]):
+        return None
+    last = attempts[-1]
+    peak, per_node = last.peak_rss_bytes, eff.mem_per_node(last)
+    return {"what": "it was killed for using more memory than it asked for: its largest task reached %s, over "
+                    "the %s per node it was given (Slurm's memory enforcement)" % (
+                        eff.human_bytes(peak), eff.human_bytes(per_node)),
+            "todo": "ask for more memory: %s (its peak and a quarter more)" % eff.memory_option(peak),
+            "peak": peak, "per_node": per_node}
+
+
 def why_ended(session: "Session", ref: "LogRef", record: "JobRecord", kv: Dict[str, str],
               journal_path: Optional[str] = None, tail_lines: int = 10) -> Why:
     from slurmkit.observe import logs
@@ -296,9 +451,18 @@ def why_ended(session: "Session", ref: "LogRef", record: "JobRecord", kv: Dict[s
             what = "it exited with status %s" % record.exit_code
     else:
         what = ENDED.get(state, "it ended %s" % state).format(**fields)
+    memory = None
+    if state == "OUT_OF_MEMORY" or record.signal == 9 or record.exit_code == 137:
+        memory = memory_kill(session.backend(ref.cluster), ref.slurm_id)
+        if memory is not None:
+            what = memory["what"]
     lines = ["%s is %s: %s" % (ref, state, what)]
     data = {"id": str(ref), "state": state, "what": what, "exit_code": record.exit_code, "signal": record.signal,
             "nodes": record.nodes}
+    if memory is not None:
+        lines.append("what to do: %s" % memory["todo"])
+        data.update(memory_killed=True, peak_rss_bytes=memory["peak"], mem_per_node_bytes=memory["per_node"],
+                    todo=memory["todo"])
     try:
         located = logs.locate(session, ref, stream="err", journal_path=journal_path)
         files = session.files(ref.cluster)

@@ -113,6 +113,12 @@ class SlurmBackend:
         (priority/basic) or the job is not pending."""
         raise NotImplementedError
 
+    def limits(self, qos: Optional[str] = None, user: Optional[str] = None,
+               account: Optional[str] = None) -> List["parsers.Limit"]:
+        """The limits set on a QOS (``qos``) or on the associations of ``user`` in ``account``, each with
+        what is in use of it now, as the controller holds jobs against them: one RPC."""
+        raise NotImplementedError
+
     def accounting_since(self, seconds_ago: float, user: Optional[str] = None) -> List[JobInfo]:
         """Every job of ``user`` that accounting saw run or end in the last ``seconds_ago`` seconds, in
         one query (sacct); empty where there is no accounting.  Jobs squeue has forgotten are there,
@@ -376,6 +382,10 @@ class CommandBackend(SlurmBackend):
                                        result.stderr + result.stdout, re.I):
             return None
         return parsers.parse_sprio(self.checked(result, "sprio").stdout)
+
+    def limits(self, qos=None, user=None, account=None):
+        result = self.checked(self._run(commands.show_limits(qos, user, account)), "scontrol show assoc_mgr")
+        return parsers.parse_limits(result.stdout)
 
     def accounting_since(self, seconds_ago, user=None):
         result = self._run(commands.sacct_since(int(seconds_ago) + 1, user))

@@ -190,6 +190,19 @@ def sprio(job_id: str) -> List[str]:
     return ["sprio", "--noheader", "--jobs=" + str(job_id), "--format=%Y|%A|%F|%J|%P|%Q"]
 
 
+def show_limits(qos: Optional[str] = None, user: Optional[str] = None, account: Optional[str] = None) -> List[str]:
+    """The controller's QOS (``qos``) or association (``user`` in ``account``) limits, each with what is in use
+    now beside it (``MaxJobsPU=1(1)``): the values slurmctld holds jobs against."""
+    if qos is not None:
+        return ["scontrol", "show", "assoc_mgr", "flags=qos", "qos=" + qos]
+    argv = ["scontrol", "show", "assoc_mgr", "flags=assoc"]
+    if user:
+        argv.append("users=" + user)
+    if account:
+        argv.append("accounts=" + account)
+    return argv
+
+
 def scancel(job_ids: Iterable[str]) -> List[str]:
     return ["scancel", *job_ids]
 

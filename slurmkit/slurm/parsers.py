@@ -10,7 +10,7 @@ wrapped as ``{"set": .., "number": ..}``, state lists).
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import SlurmCommandError, SlurmkitError
 from slurmkit.slurm import commands
@@ -403,6 +403,58 @@ def parse_pending_priorities(text: str) -> List[Tuple[str, int]]:
         if job and priority.isdigit():
             rows.append((job, int(priority)))
     return rows
+
+
+class Limit(NamedTuple):
+    """One limit the controller holds jobs against, and what is in use of it now."""
+
+    holder: str            # "qos test_onejob", "qos test_onejob user 0", "account root", "account root user root"
+    field: str             # Slurm's name: MaxJobsPU, GrpTRES, MaxTRESPJ ...
+    tres: Optional[str]    # for a TRES list: cpu, mem, node, gres/gpu ...; None for a plain count
+    limit: str             # "1"; mem in MB, wall in minutes, as Slurm holds them
+    used: str              # "1", "" where Slurm keeps no count beside it
+
+
+_LIMIT_VALUE = re.compile(r"^([^()]*)\((.*)\)$")
+
+
+def parse_limits(text: str) -> List[Limit]:
+    """``scontrol show assoc_mgr``'s records as the limits that are set (not ``N``), each with its holder:
+    a QOS, a QOS's per-user (by uid) or per-account section, or an association."""
+    limits: List[Limit] = []
+    holder, base, section = "", "", ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("QOS=") and raw[:1] != " ":
+            base = holder = "qos " + line[4:].split("(")[0]
+            section = ""
+            continue
+        if line.startswith("ClusterName="):
+            kv = dict(tok.partition("=")[::2] for tok in line.split())
+            user = kv.get("UserName", "").split("(")[0]
+            base = holder = "account %s%s" % (kv.get("Account", "?"), " user " + user if user else "")
+            section = ""
+            continue
+        if line in ("Account Limits", "User Limits"):
+            section = "account" if line.startswith("Account") else "user"
+            continue
+        if section and "=" not in line:
+            holder = "%s %s %s" % (base, section, line)
+            continue
+        for token in line.split():
+            field, sep, value = token.partition("=")
+            if not sep or not value or not field.startswith(("Grp", "Max", "Min")):
+                continue            # UsageRaw, Priority, Lft ... are no limits
+            items = [(None, value)] if "," not in value and value.count("=") == 0 else \
+                [(k, v) for k, _, v in (item.partition("=") for item in value.split(","))]
+            for tres, item in items:
+                m = _LIMIT_VALUE.match(item)
+                limit, used = (m.group(1), m.group(2)) if m else (item, "")
+                if limit and limit != "N" and re.fullmatch(r"[0-9.:-]+", limit):
+                    limits.append(Limit(holder, field, tres, limit, used))
+    return limits
 
 
 def parse_sprio(text: str) -> Optional[Dict[str, int]]:

@@ -225,6 +225,68 @@ def test_why_an_ended_job_says_its_status_its_error_lines_and_that_nothing_resta
     assert lines[3].startswith("the requeue daemon does not track it")
 
 
+@pytest.mark.parametrize("qos, reason, limit", [
+    ("test_onejob", "its QOS's limit of at most jobs per user holds it (QOSMaxJobsPerUserLimit)",
+     "QOS test_onejob allows at most 1 running job(s) per user (MaxJobsPU=1); in use now: 1"),
+    ("test_onecpu", "its QOS's group limit on cpu holds it (QOSGrpCpuLimit)",
+     "QOS test_onecpu allows at most 1 CPU(s) in use by everyone in it together (GrpTRES[cpu]=1); in use now: 1"),
+])
+def test_why_a_job_held_by_a_qos_limit_says_the_limit_what_is_in_use_and_what_to_do(devcluster, tmp_path, qos,
+                                                                                     reason, limit):
+    # devcluster made these QOS on alpha (which enforces limits) for the tests alone: only jobs that ask for
+    # one with --qos meet its limit.  The first job takes what the limit allows; the second waits on it.
+    first = sbatch("alpha", "--qos=" + qos, "-t", "5", "-o", str(tmp_path / "q1-%j.out"), "--wrap", "sleep 300")
+    second = sbatch("alpha", "--qos=" + qos, "-t", "5", "-o", str(tmp_path / "q2-%j.out"), "--wrap", "echo ran")
+    try:
+        wait_job_state("alpha", first, {"RUNNING"}, timeout=30)
+        # slurmctld tries a job as it is submitted and at each scheduling pass (a few seconds here).
+        code = reason.rsplit("(", 1)[1].rstrip(")")
+        wait_until(lambda: slurm("alpha", "squeue", "-h", "-o", "%r", "-j", second).stdout.strip() == code, 30,
+                   what="job %s held by %s" % (second, code))
+        lines = why("--here", "alpha:" + second).splitlines()
+        assert lines[0] == "alpha:%s is PENDING: %s" % (second, reason)
+        assert lines[1] == "the limit: " + limit
+        assert lines[2] == ("what to do: wait: it starts when jobs under QOS {q} end (squeue --qos={q} -t running "
+                            "lists them); or cancel it and submit it with another QOS (--qos); `sacctmgr show qos "
+                            "{q}` shows the limits".format(q=qos))
+        # And the limit does hold it only while the first job runs: it then starts and runs to its end.
+        slurm("alpha", "scancel", first)
+        wait_job_state("alpha", second, {"COMPLETED"}, timeout=60)
+        assert (tmp_path / ("q2-%s.out" % second)).read_text() == "ran\n"
+    finally:
+        slurm("alpha", "scancel", first, second)
+
+
+def test_why_and_eff_of_a_job_killed_for_exceeding_its_memory(devcluster, tmp_path):
+    # alpha kills a step over its memory (JobAcctGatherParams=OverMemoryKill) when it samples it: each
+    # second with --acctg-freq=1.  The job touches 600 MiB of its 200 MiB, then would sleep 30 s and print.
+    job = sbatch("alpha", "--mem=200M", "--acctg-freq=1", "-t", "2", "-o", str(tmp_path / "m-%j.out"),
+                 "-e", str(tmp_path / "m-%j.err"), script(tmp_path, (
+                     "python3 -c '\n"
+                     "import time\n"
+                     "x = bytearray(600 * 1024 * 1024)\n"
+                     "for i in range(0, len(x), 4096): x[i] = 1\n"
+                     "time.sleep(30)\n'\n"
+                     "echo survived\n")))
+    # Killed within a sample or two of touching the memory; a job it missed would end COMPLETED at 30 s.
+    ended = wait_job_state("alpha", job, {"FAILED", "OUT_OF_MEMORY", "CANCELLED"}, timeout=60)
+    assert "survived" not in (tmp_path / ("m-%s.out" % job)).read_text()
+    data = accounted("alpha:" + job, lambda d: d["peak_rss_bytes"])
+    assert data["peak_rss_bytes"] > 200 << 20 and data["mem_per_node_bytes"] == 200 << 20, data
+    lines = why("alpha:" + job).splitlines()
+    assert lines[0].startswith("alpha:%s is %s: it was killed for using more memory than it asked for: its "
+                               "largest task reached " % (job, ended["JobState"])), lines
+    assert lines[0].endswith(", over the 200.0 MiB per node it was given (Slurm's memory enforcement)"), lines
+    assert lines[1].startswith("what to do: ask for more memory: --mem="), lines
+    shown = slurmkit("eff", "alpha:" + job)
+    assert shown.returncode == 0, shown.stderr
+    memory = [ln for ln in shown.stdout.splitlines() if ln.startswith("memory: ")]
+    assert memory and memory[0].endswith(" of 200.0 MiB per node (%.0f %%)" % (
+        100.0 * data["peak_rss_bytes"] / (200 << 20))), shown.stdout
+    verdicts = [ln for ln in shown.stdout.splitlines() if ln.startswith("verdict: ")]
+    assert any(v.startswith("verdict: it used more memory than it asked for (peak ") for v in verdicts), shown.stdout
+
+
 def test_why_a_job_that_reached_its_time_limit(time_limited_job):
     # The module's last test: its job was submitted as the module started (Slurm checks time limits about
     # once a minute, so a 1-minute job ends 60 to 120 s after it starts; the other tests ran meanwhile).
@@ -300,3 +362,37 @@ def test_eff_of_an_array_has_a_line_per_task_and_without_accounting_says_why_not
     refused = slurmkit("eff", "beta:1")
     assert refused.returncode == 1
     assert "cluster beta keeps no accounting" in one_error_line(refused.stderr)
+
+
+def test_a_job_slurm_requeued_shows_both_attempts_in_logs_and_eff_sums_them(devcluster, tmp_path):
+    # The first run waits to be requeued; the second (SLURM_RESTART_COUNT=1) ends at once.  Both append
+    # to one file: the pattern has no %r (22.05 and 24.11 have none), which logs says.
+    job = sbatch("alpha", "-t", "5", "--open-mode=append", "-o", str(tmp_path / "rq-%j.out"), script(tmp_path, (
+        'echo "run ${SLURM_RESTART_COUNT:-0}"\n'
+        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 3; echo waiting; sleep 300; fi\n'
+        "echo done\n")))
+    out = tmp_path / ("rq-%s.out" % job)
+    try:
+        wait_until(lambda: out.exists() and "waiting" in out.read_text(), 60, what="the first run's output")
+        slurm("alpha", "scontrol", "requeue", job)
+        # Slurm holds a requeued job until its launch credential expires (cred_expire=30 s here), then runs it.
+        wait_job_state("alpha", job, {"COMPLETED"}, timeout=90)
+    finally:
+        slurm("alpha", "scancel", job, check=False)
+    shown = slurmkit("logs", "alpha:" + job)
+    assert shown.returncode == 0, shown.stderr
+    runs = [ln for ln in shown.stdout.splitlines() if not ln.startswith("slurmstepd")]
+    assert runs == ["run 0", "waiting", "run 1", "done"], shown.stdout
+    assert "alpha:%s: attempt 2 of 2" % job in shown.stderr
+    first = slurmkit("logs", "--attempt", "1", "alpha:" + job)
+    assert first.returncode == 0 and "alpha:%s: attempt 1 of 2" % job in first.stderr, first.stderr
+    assert ("Slurm requeued job alpha:%s 1 time(s) and its output pattern has no %%r: every attempt wrote into "
+            "the same file" % job) in first.stderr
+    refused = slurmkit("logs", "--attempt", "3", "alpha:" + job)
+    assert refused.returncode == 2 and "--attempt takes 1 to 2" in one_error_line(refused.stderr)
+    data = accounted("alpha:" + job, lambda d: len(d["attempts"]) == 2)
+    assert [a["state"] for a in data["attempts"]] == ["REQUEUED", "COMPLETED"], data
+    assert data["attempts"][0]["elapsed_s"] >= 3, data          # the first run's 3 s and more
+    assert data["elapsed_s"] == sum(a["elapsed_s"] for a in data["attempts"])
+    eff_shown = slurmkit("eff", "alpha:" + job)
+    assert eff_shown.stdout.splitlines()[0] == "alpha:%s: COMPLETED after 2 attempt(s) (sums over all of them)" % job

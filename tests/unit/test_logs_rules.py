@@ -288,3 +288,93 @@ def test_a_follow_moves_to_the_requeue_daemons_next_attempt_and_stops_with_the_c
     with pytest.raises(UsageError, match="has attempts 1, 2; --attempt 3"):
         logs.locate(session, logs.LogRef("alpha", "80"), attempt=3, journal_path=journal_path)
     journal.close()
+
+
+# As slurmctld 22.05 shows a QOS whose MaxJobsPerUser=1 one job of uid 0 uses (unset limits elided).
+QOS_ONEJOB = """Current Association Manager state
+
+QOS Records
+
+QOS=test_onejob(7)
+    UsageRaw=0.000000
+    GrpJobs=N(1) GrpJobsAccrue=N(1) GrpSubmitJobs=N(2) GrpWall=N(0.00)
+    GrpTRES=cpu=N(1),mem=N(1000),node=N(1),gres/gpu=N(0)
+    MaxWallPJ=
+    MaxTRESPJ=
+    Priority=0
+    Account Limits
+      root
+        MaxJobsPA=N(1) MaxJobsAccruePA=N(1) MaxSubmitJobsPA=N(2)
+    User Limits
+      0
+        MaxJobsPU=1(1) MaxJobsAccruePU=N(1) MaxSubmitJobsPU=N(2)
+        MaxTRESPU=cpu=N(1),mem=4000(1000),gres/gpu=N(0)
+"""
+
+ASSOC = """Current Association Manager state
+
+Association Records
+
+ClusterName=alpha Account=lab UserName= Partition= Priority=0 ID=3
+    GrpJobs=N(2) GrpJobsAccrue=N(0)
+    GrpTRES=cpu=8(8),mem=N(8000),gres/gpu=N(0)
+    MaxJobs= MaxJobsAccrue= MaxSubmitJobs= MaxWallPJ=
+ClusterName=alpha Account=lab UserName=ada(1001) Partition= Priority=0 ID=4
+    GrpJobs=N(2) GrpJobsAccrue=N(0)
+    GrpTRES=cpu=N(8),mem=N(8000),gres/gpu=N(0)
+    MaxJobs=2(2) MaxJobsAccrue= MaxSubmitJobs= MaxWallPJ=60
+"""
+
+
+def test_the_controllers_limits_are_read_with_their_holder_and_what_is_in_use():
+    from slurmkit.slurm.parsers import Limit, parse_limits
+
+    assert parse_limits(QOS_ONEJOB) == [Limit("qos test_onejob user 0", "MaxJobsPU", None, "1", "1"),
+                                        Limit("qos test_onejob user 0", "MaxTRESPU", "mem", "4000", "1000")]
+    assert parse_limits(ASSOC) == [Limit("account lab", "GrpTRES", "cpu", "8", "8"),
+                                   Limit("account lab user ada", "MaxJobs", None, "2", "2"),
+                                   Limit("account lab user ada", "MaxWallPJ", None, "60", "")]
+
+
+def test_a_limit_reason_names_the_field_slurm_holds_the_job_against():
+    from slurmkit.observe.why import LimitReason, limit_reason
+
+    assert limit_reason("QOSMaxJobsPerUserLimit") == LimitReason(True, "MaxJobsPU", None)
+    assert limit_reason("QOSGrpCpuLimit") == LimitReason(True, "GrpTRES", "cpu")
+    assert limit_reason("AssocGrpCpuLimit") == LimitReason(False, "GrpTRES", "cpu")
+    assert limit_reason("AssocMaxJobsLimit") == LimitReason(False, "MaxJobs", None)
+    assert limit_reason("QOSGrpCPURunMinutesLimit") == LimitReason(True, "GrpTRESRunMins", "cpu")
+    assert limit_reason("QOSMaxGRESPerUser") == LimitReason(True, "MaxTRESPU", "gres")
+    assert limit_reason("QOSMaxMemoryPerJob") == LimitReason(True, "MaxTRESPJ", "mem")
+    assert limit_reason("QOSMaxWallDurationPerJobLimit") == LimitReason(True, "MaxWallPJ", None)
+    assert limit_reason("QOSMaxSubmitJobPerUserLimit") == LimitReason(True, "MaxSubmitJobsPU", None)
+    assert limit_reason("Priority") is None and limit_reason("QOSNotAllowed") is None
+
+
+def test_a_limit_is_said_with_its_value_and_what_is_in_use():
+    from slurmkit.observe.why import describe_limit
+    from slurmkit.slurm.parsers import parse_limits
+
+    held, per_job = parse_limits(QOS_ONEJOB)
+    assert describe_limit("QOS test_onejob", held) == (
+        "QOS test_onejob allows at most 1 running job(s) per user (MaxJobsPU=1); in use now: 1")
+    assert describe_limit("QOS test_onejob", per_job) == (
+        "QOS test_onejob allows at most 4000 MB of memory in use per user (MaxTRESPU[mem]=4000); in use now: 1000")
+    wall = parse_limits(ASSOC)[2]
+    assert describe_limit("your association (account lab)", wall) == (
+        "your association (account lab) allows at most 60 minutes of wall time per job (MaxWallPJ=60)")
+
+
+def test_a_job_over_its_memory_is_told_what_to_ask_for():
+    from slurmkit.observe import eff
+
+    rows = _rows(
+        "781|781|FAILED|1|2|1|1|billing=1,cpu=1,mem=200M,node=1|00:00.500||||0|x|y|gpu",
+        "781.batch|781.batch|CANCELLED by 0|1||1|1|cpu=1,mem=200M,node=1|00:00.500|629332K|||0|x|y|")
+    attempt = eff.attempts_from_rows("alpha", rows)[0]
+    assert eff.over_memory(attempt) and eff.mem_per_node(attempt) == 200 << 20
+    result = eff.report("alpha:781", [attempt])
+    assert "memory: peak 614.6 MiB (the largest task) of 200.0 MiB per node (307 %)" in result.lines
+    assert result.verdicts[0] == ("it used more memory than it asked for (peak 614.6 MiB of 200.0 MiB per node) "
+                                  "and Slurm kills a job for that: ask for --mem=832M")
+    assert eff.memory_option(800 << 20) == "--mem=1G" and eff.memory_option(1) == "--mem=64M"
