@@ -100,6 +100,19 @@ def text_value(ctx, param, value):
     return value
 
 
+def sbatch_value(check_name: str):
+    """A callback checking an sbatch option's text with ``sbatch_header.<check_name>`` (the renderer's own
+    rule, so the option and a job spec built elsewhere are held to one)."""
+    def callback(ctx, param, value):
+        if value is None:
+            return value
+        text_value(ctx, param, value)
+        from slurmkit.script import sbatch_header
+
+        return getattr(sbatch_header, check_name)(value)
+    return callback
+
+
 def time_value(ctx, param, value):
     """A Slurm time (``--time``), in the forms sbatch reads, ASCII digits only."""
     if value is None:
@@ -252,6 +265,18 @@ JOB_OPTIONS = [
                  help="Node features the job needs (sbatch --constraint), e.g. a100 or a100&ib. With --comm heavy "
                       "on a cluster with switch groups, features joined by '&' are combined with the group."),
     click.option("--exclusive", is_flag=True, help="Do not share the nodes with other jobs."),
+    click.option("--mem", metavar="SIZE", callback=sbatch_value("check_mem"),
+                 help="Memory per node (sbatch --mem), e.g. 64G or 512M (default: Slurm's); refused above what "
+                      "the partition's nodes have."),
+    click.option("--begin", metavar="WHEN", callback=sbatch_value("check_begin"),
+                 help="Hold the job until then (sbatch --begin, the cluster's local time): 2026-12-05T08:00, "
+                      "08:00, now+2hours, tomorrow. Not with --prefer cheap|green or --deadline, which choose "
+                      "the start themselves."),
+    click.option("--dependency", "-d", metavar="TYPE:JOBID[:JOBID]", callback=sbatch_value("check_dependency"),
+                 help="Start after other jobs of the same cluster (sbatch --dependency), e.g. afterok:1234 or "
+                      "afterany:1234:1240; the job then goes to that one cluster (name it with --cluster)."),
+    click.option("--reservation", metavar="NAME", callback=sbatch_value("check_reservation"),
+                 help="Run in this reservation (sbatch --reservation)."),
     click.option("--image", metavar="NAME|PATH|REF", callback=text_value,
                  help="Run the job's step in this container image: a name the site defines for the cluster "
                       "('slurmkit images'), a path or a registry reference its runtime takes. The batch script "
@@ -349,7 +374,8 @@ def job_spec_from(kwargs):
         env=kwargs.pop("env"), account=kwargs.pop("account"), qos=kwargs.pop("qos"), output=kwargs.pop("output"),
         exclusive=kwargs.pop("exclusive"), token=kwargs.pop("token"), procs_per_node=kwargs.pop("procs_per_node"),
         nodelist=kwargs.pop("nodelist"), exclude=kwargs.pop("exclude"), constraint=kwargs.pop("constraint"),
-        image=kwargs.pop("image"), mounts=kwargs.pop("mounts"))
+        image=kwargs.pop("image"), mounts=kwargs.pop("mounts"), mem=kwargs.pop("mem"), begin=kwargs.pop("begin"),
+        dependency=kwargs.pop("dependency"), reservation=kwargs.pop("reservation"))
 
 
 # More node names than any cluster has: a range beyond it is a typo (an[1-99999999]), and

@@ -38,6 +38,25 @@ def is_federated(cluster: Optional[str], accel: Optional[str] = None, plan_only:
                 or (cluster and (cluster.strip() == "auto" or "," in cluster)))
 
 
+def check_held_or_chained(spec, cluster: Optional[str], accel: Optional[str] = None, prefer: Optional[str] = None,
+                          deadline=None) -> None:
+    """Refuse what a job's own ``--begin`` or ``--dependency`` cannot be combined with.
+
+    ``--begin`` is a start time of the user's, and ``--prefer cheap|green`` and ``--deadline`` choose the start
+    themselves.  ``--dependency`` names job ids, which mean something on one cluster only: the job must go to
+    that cluster, not to the best of several.
+    """
+    from slurmkit.errors import UsageError
+
+    if spec.begin is not None and (prefer in ("cheap", "green") or deadline is not None):
+        raise UsageError("--begin holds the job until a time of yours, and --prefer cheap|green and --deadline "
+                         "choose its start themselves: give one or the other")
+    if spec.dependency is not None and (accel or (cluster and (cluster.strip() == "auto"
+                                                                or len([c for c in cluster.split(",") if c.strip()]) > 1))):
+        raise UsageError("--dependency names jobs of one cluster: send the job there with --cluster NAME (not "
+                         "'auto', a list or --accel)")
+
+
 def submit_anywhere(session, spec, cluster: Optional[str] = None,
                     partition: Optional[str] = None, accel: Optional[str] = None,
                     plan_only: bool = False, dry_run: bool = False, prefer: Optional[str] = None,
@@ -51,6 +70,7 @@ def submit_anywhere(session, spec, cluster: Optional[str] = None,
     the job in place and time (:mod:`slurmkit.federation.windows`).  Only a
     multi-cluster submission imports the federation planner.
     """
+    check_held_or_chained(spec, cluster, accel, prefer, deadline)
     if not is_federated(cluster, accel, plan_only or dry_run, prefer, deadline):
         from slurmkit import jobs
 

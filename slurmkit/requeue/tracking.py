@@ -54,6 +54,10 @@ def attempt_spec(tracked: Tracked, attempt: Attempt, partition_nodes: Optional[i
         room = max(0, partition_nodes - spec.nodes - len(spec.exclude))
         # The newest `room` of them (all when fewer: a negative start would keep only the last).
         excluded = excluded[max(0, len(excluded) - room):] if room else []
+    if attempt.number > 1:
+        # The user's --begin and --dependency held the first attempt; a restart starts now (and may go to
+        # another cluster, where the dependency's job ids mean other jobs).
+        spec = spec._replace(begin=None, dependency=None)
     return spec._replace(token=attempt.token, checkpoint_dir=tracked.checkpoint_dir, attempt=attempt.number,
                          resume_from=attempt.resume_from, exclude=tuple(spec.exclude) + tuple(excluded))
 

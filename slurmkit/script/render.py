@@ -77,9 +77,11 @@ class JobSpec(NamedTuple):
     # and --signal ([B:]USR1@SECONDS).  A job under the requeue daemon has its own (checkpoint_dir).
     requeue: Optional[bool] = None
     signal: Optional[str] = None
-    # sbatch --begin (YYYY-MM-DDTHH:MM:SS, local time): the federation's --prefer cheap|green puts a job in
-    # a later, cheaper or cleaner window by holding it until then (Slurm's reason: BeginTime).
+    # sbatch --begin, in sbatch's grammar: the user's, or the federation's --prefer cheap|green putting a job
+    # in a later, cheaper or cleaner window (YYYY-MM-DDTHH:MM:SS) by holding it until then (reason BeginTime).
     begin: Optional[str] = None
+    dependency: Optional[str] = None         # sbatch --dependency, job ids of the job's own cluster
+    reservation: Optional[str] = None        # sbatch --reservation
 
 class RenderedJob(NamedTuple):
     script: str

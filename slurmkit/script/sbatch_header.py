@@ -165,7 +165,59 @@ def group_constraint(cluster: Cluster, partition: Partition, spec: JobSpec, swit
     return (user + "&" + group if user else group), []
 
 
-_BEGIN_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}", re.ASCII)
+# The values of the sbatch options a user gives as text, each checked here once (the CLI calls these for
+# its options' own error lines; the renderer for every job spec, whoever built it), then passed to sbatch
+# literally: sbatch's own grammar, so what a researcher knows from sbatch works as it does there.
+MEM_RE = re.compile(r"[1-9][0-9]{0,8}[KMGT]?", re.ASCII)
+# sbatch --begin: an ISO date and time, a date, a time of day, now+COUNT[UNIT], or one of Slurm's words.
+_BEGIN_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?|[0-9]{2}:[0-9]{2}(?::[0-9]{2})?"
+                       r"|now(?:\+[0-9]{1,7}(?:(?:second|minute|hour|day|week)s?)?)?"
+                       r"|midnight|noon|elevenses|fika|teatime|today|tomorrow", re.ASCII)
+# sbatch --dependency: singleton, or TYPE:JOBID[:JOBID...] (after's ids may carry +MINUTES), joined by ','
+# (all of them) or '?' (any of them), never both.
+_DEPENDENCY_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
+                   r"(?::[1-9][0-9]{0,9}(?:_[0-9]{1,7})?(?:\+[0-9]{1,6})?)+)")
+_DEPENDENCY_RE = re.compile(r"%s(?:,%s)*|%s(?:\?%s)+" % ((_DEPENDENCY_ONE,) * 4), re.ASCII)
+_RESERVATION_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64})*", re.ASCII)
+
+
+def check_mem(text: str) -> str:
+    """sbatch --mem's value (memory per node): 16G, 512M, 4096 (MB)."""
+    if not MEM_RE.fullmatch(text):
+        raise UsageError("--mem %r: give the memory per node as a size such as 16G, 512M or 4096 (MB)" % text)
+    return text
+
+
+def mem_megabytes(text: str) -> int:
+    """A checked --mem value in MB, as Slurm counts it (K rounds up)."""
+    unit = text[-1] if text[-1] in "KMGT" else "M"
+    number = int(text.rstrip("KMGT"))
+    return {"K": -(-number // 1024), "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
+
+
+def check_begin(text: str) -> str:
+    """sbatch --begin's value, in sbatch's own grammar (the controller's local time)."""
+    if not _BEGIN_RE.fullmatch(text):
+        raise UsageError("--begin %r: give a time as sbatch takes it: 2026-12-05T08:00[:00], 2026-12-05, 08:00, "
+                         "now+2hours (seconds, minutes, hours, days, weeks), midnight, noon, teatime, tomorrow"
+                         % text)
+    return text
+
+
+def check_dependency(text: str) -> str:
+    """sbatch --dependency's value: numeric job ids of the job's own cluster."""
+    if not _DEPENDENCY_RE.fullmatch(text):
+        raise UsageError("--dependency %r: give TYPE:JOBID[:JOBID...] (after, afterany, afterok, afternotok, "
+                         "aftercorr, afterburstbuffer), or singleton; several joined by ',' (all) or '?' (any), "
+                         "with the job ids of the cluster the job goes to (1234, not alpha:1234)" % text)
+    return text
+
+
+def check_reservation(text: str) -> str:
+    if not _RESERVATION_RE.fullmatch(text):
+        raise UsageError("--reservation %r: give a reservation's name (letters, digits, '_', '.', '-'; several "
+                         "joined by ',')" % text)
+    return text
 
 
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,
@@ -186,12 +238,18 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
     if cpus:
         opts.append(("--cpus-per-task", cpus))
     if spec.mem:
+        check_mem(spec.mem)
+        if partition.memory_mb and mem_megabytes(spec.mem) > partition.memory_mb:
+            raise JobDoesNotFitError("the job asks for --mem=%s per node, but the nodes of partition %s on cluster "
+                                     "%s have %d MB" % (spec.mem, partition.name, cluster.name, partition.memory_mb))
         opts.append(("--mem", spec.mem))
     opts.append(("--time", time))
     if spec.begin is not None:
-        if not _BEGIN_RE.fullmatch(spec.begin):
-            raise UsageError("begin %r: give YYYY-MM-DDTHH:MM:SS" % spec.begin)
-        opts.append(("--begin", spec.begin))
+        opts.append(("--begin", check_begin(spec.begin)))
+    if spec.dependency is not None:
+        opts.append(("--dependency", check_dependency(spec.dependency)))
+    if spec.reservation is not None:
+        opts.append(("--reservation", check_reservation(spec.reservation)))
     if spec.array:
         if not re.fullmatch(r"[0-9]+(-[0-9]+)?", spec.array, re.ASCII):
             raise UsageError("array %r: give FIRST-LAST, such as 0-49" % spec.array)

@@ -515,6 +515,12 @@ def submit(session, request: SweepRequest, journal: Optional[Journal] = None) ->
 
 def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Plan) -> SubmitReport:
     spec = request.spec
+    if spec.begin is not None or spec.dependency is not None:
+        # The arrays' start and order are slurmkit's (throttled arrays chain with dependencies of their own;
+        # reruns start later), and a relative --begin kept for them would hold every rerun again.
+        raise UsageError("--%s applies to a single job, not a sweep: place a sweep in time with --deadline and "
+                         "--prefer, or submit it once the job it waits for has ended"
+                         % ("begin" if spec.begin is not None else "dependency"))
     existing = journal.sweep(plan_.sweep_id)
     local = _targets_local(session, request.cluster)
     if existing is not None:

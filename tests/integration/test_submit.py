@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_slurmkit
-from conftest import job_info, slurm, wait_job_state
+from harness import run_slurmkit, wait_until
+from conftest import cancel_later, job_info, slurm, wait_job_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(ROOT / "site_configs" / "local.yaml")
@@ -163,3 +163,34 @@ def test_topology_drawing_shows_the_real_tree(devcluster):
         assert any(ln.lstrip("│├└─ ").startswith(leaf) for ln in out.splitlines())
         for node in nodes:
             assert any(node in ln and "gpu free" in ln for ln in out.splitlines())
+
+
+def test_a_job_held_by_its_dependency_and_begin_runs_after_them_with_its_memory(devcluster, request, tmp_path):
+    """submit's --dependency, --begin and --mem reach Slurm as sbatch takes them: the second job waits for
+    the first to end well (reason Dependency), the third for its --begin (BeginTime) until it is released,
+    and each program sees the memory it asked for."""
+    out = tmp_path / "o-%j"
+    probe = 'echo "start=$(date +%s.%N) mem=$SLURM_MEM_PER_NODE"'
+    first = submit("-p", "cpu", "-T", "single", "-t", "2", "-o", str(out), "--", "bash", "-c",
+                   "sleep 3; echo done")["job_id"]
+    cancel_later(request, "alpha", first)
+    second = submit("-p", "cpu", "-T", "single", "-t", "2", "-o", str(out), "--mem", "100M",
+                    "-d", "afterok:" + first, "--", "bash", "-c", probe)["job_id"]
+    third = submit("-p", "cpu", "-T", "single", "-t", "2", "-o", str(out), "--mem", "1G",
+                   "--begin", "now+1hour", "--", "bash", "-c", probe)["job_id"]
+    for job in (second, third):
+        cancel_later(request, "alpha", job)
+    assert job_info("alpha", second)["Dependency"] == "afterok:%s(unfulfilled)" % first
+    wait_until(lambda: job_info("alpha", third)["Reason"] == "BeginTime", 30, what="reason BeginTime")
+    ended = wait_job_state("alpha", first, {"COMPLETED"}, timeout=90)
+    wait_job_state("alpha", second, {"COMPLETED"}, timeout=90)
+    slurm("alpha", "scontrol", "update", "jobid=" + third, "StartTime=now")
+    wait_job_state("alpha", third, {"COMPLETED"}, timeout=90)
+    said = {job: dict(w.split("=", 1) for w in Path(str(out).replace("%j", job)).read_text().split())
+            for job in (second, third)}
+    assert said[second]["mem"] == "100" and said[third]["mem"] == "1024"
+    # The dependent job started only once the first had ended (scontrol's EndTime, to the second).
+    import datetime
+
+    end = datetime.datetime.fromisoformat(ended["EndTime"]).timestamp()
+    assert float(said[second]["start"]) >= end, (said[second], ended["EndTime"])

@@ -5,6 +5,7 @@ regenerate them with ``UPDATE_GOLDEN=1 make unit`` and review the diff.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -645,3 +646,37 @@ def test_requeue_and_signal_become_their_sbatch_lines_and_a_bad_signal_is_refuse
             _render_default(site, spec._replace(signal=bad), None)
     with pytest.raises(UsageError, match="restarted by the daemon"):
         _render_default(site, spec._replace(checkpoint_dir="/ckpt"), None)
+
+
+def test_mem_begin_dependency_and_reservation_reach_sbatch_as_given_and_bad_values_are_refused():
+    site = _site("example-infiniband.yaml")
+    spec = SPEC._replace(comm="light", mem="64G", begin="now+2hours", dependency="afterok:1234:1240_3,afterany:7+5",
+                         reservation="hero-run")
+    script = _render_default(site, spec, None).script
+    for line in ("--mem=64G", "--begin=now+2hours", "--dependency=afterok:1234:1240_3,afterany:7+5",
+                 "--reservation=hero-run"):
+        assert "#SBATCH %s\n" % line in script
+    for begin in ("2026-12-05T08:00", "2026-12-05", "08:00:30", "now", "tomorrow", "now+90minutes"):
+        assert "#SBATCH --begin=%s\n" % begin in _render_default(site, spec._replace(begin=begin), None).script
+    assert "#SBATCH --dependency=singleton\n" in _render_default(site, spec._replace(dependency="singleton"),
+                                                                  None).script
+    for field, bad, needle in [("mem", "64GB", "--mem '64GB'"), ("mem", "0", "--mem '0'"),
+                               ("begin", "tonight", "--begin 'tonight'"), ("begin", "now+1hour;id", "--begin"),
+                               ("dependency", "afterok:alpha:12", "1234, not alpha:1234"),
+                               ("dependency", "afterok:1,afterany:2?afterok:3", "--dependency"),
+                               ("dependency", "afterok", "--dependency"), ("dependency", "afterok:0", "--dependency"),
+                               ("reservation", "a b", "--reservation 'a b'")]:
+        with pytest.raises(UsageError, match=re.escape(needle)):
+            _render_default(site, spec._replace(**{field: bad}), None)
+
+
+def test_mem_above_what_the_partitions_nodes_have_never_reaches_sbatch():
+    site = _site("example-infiniband.yaml")
+    part = site.partition(site.cluster())
+    spec = SPEC._replace(comm="light")
+    fits = "%dM" % part.memory_mb
+    assert "#SBATCH --mem=%s\n" % fits in _render_default(site, spec._replace(mem=fits), None).script
+    with pytest.raises(JobDoesNotFitError, match="asks for --mem=%dM per node, but the nodes of partition %s" % (
+            part.memory_mb + 1, part.name)):
+        _render_default(site, spec._replace(mem="%dM" % (part.memory_mb + 1)), None)
+    assert sbatch_header.mem_megabytes("1T") == 1024 * 1024 and sbatch_header.mem_megabytes("1025K") == 2

@@ -38,3 +38,12 @@ def test_an_attempt_carries_its_token_number_checkpoint_and_exclusions():
 def test_exclusions_leave_the_job_room_to_run(excluded, nodes, partition_nodes, kept):
     spec = attempt_spec(_tracked(excluded, nodes=nodes), _attempt(), partition_nodes)
     assert spec.exclude == kept
+
+
+def test_the_first_attempt_keeps_the_users_begin_and_dependency_and_a_restart_starts_now():
+    tracked = _tracked([])
+    tracked.spec.update(begin="now+2hours", dependency="afterok:1234")
+    first = attempt_spec(tracked, _attempt(number=1, resume_from=None))
+    assert (first.begin, first.dependency) == ("now+2hours", "afterok:1234")
+    restart = attempt_spec(tracked, _attempt(number=2))
+    assert (restart.begin, restart.dependency) == (None, None)
