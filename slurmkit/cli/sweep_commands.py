@@ -430,6 +430,30 @@ def sweep_throttle(session, journal, record, max_running):
         click.echo("%s: at most %d at once" % (ref, share))
 
 
+@sweep.command("eff", context_settings=CONTEXT)
+@site_option
+@json_option
+@click.argument("sweep_id", metavar="ID")
+@_with_sweep
+def sweep_eff(session, journal, record, as_json):
+    """What the sweep used, summed over its points and every attempt: GPU-hours, kWh (and where they come
+    from), cost and gCO2e, from each cluster's accounting.
+
+    \b
+    Examples:
+      slurmkit sweep eff train-1a2b3c4d
+      slurmkit sweep eff --json train-1a2b3c4d
+    """
+    from slurmkit.sweep.usage import sweep_usage
+
+    result = sweep_usage(session, journal, record.id)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for line in result.lines():
+        click.echo(line)
+
+
 @sweep.command("list", context_settings=CONTEXT)
 @json_option
 def sweep_list(as_json):

@@ -261,3 +261,47 @@ def test_each_clusters_windows_are_its_own_local_hours(devcluster, green):
     plan = json.loads(proc.stdout)
     now = {w["cluster"]: w["gco2"] for w in plan["windows"] if w["gco2"] is not None}
     assert plan["chosen"]["cluster"] == "alpha" and now["beta"] == pytest.approx(6 * now["alpha"]), plan["windows"]
+
+
+# Sleeps a second; the point lr=2 fails its first attempt (exit 3), so a rerun makes it a second attempt.
+FAIL_ONCE = ("import os, sys, time\n"
+             "once = os.path.join(os.environ['SLURMKIT_SWEEP_POINT_DIR'], 'failed-once')\n"
+             "time.sleep(1)\n"
+             "if sys.argv[1] == '2' and not os.path.exists(once):\n"
+             "    open(once, 'w').close()\n"
+             "    sys.exit(3)\n")
+
+
+def test_sweep_eff_sums_every_point_and_attempt_from_accounting(devcluster, green, request, tmp_path):
+    run = green({"alpha": {"pue": 1.2, "carbon_intensity": flat(250), "price_per_kwh": 0.3}})
+    proc = run("submit", "--sweep", "lr=1,2,3", "--sweep-dir", str(tmp_path / "sweep"), "--cluster", "alpha",
+               *ONE_GPU, "-t", "2", "--", sys.executable, "-c", FAIL_ONCE, "{lr}")
+    sweep_id = proc.stdout.strip()
+    request.addfinalizer(lambda: run("sweep", "cancel", sweep_id, check=False))
+
+    def counts(want):
+        data = json.loads(run("sweep", "status", sweep_id, "--json").stdout)
+        return data if data["counts"] == want else None
+    wait_until(lambda: counts({"COMPLETED": 2, "FAILED": 1}), 120, interval=2.0, what="the first attempts to end")
+    run("sweep", "rerun", sweep_id, "--failed")
+    status = wait_until(lambda: counts({"COMPLETED": 3}), 120, interval=2.0, what="the rerun to complete")
+    job_ids = [a["job_id"] for a in status["arrays"] if a["job_id"]]
+    # (The rerun requeues the failed task in its own array while the controller still has it: one array id.)
+
+    def accounted():
+        # slurmdbd writes a task's row (and its partition) a moment after the controller ended it.
+        data = json.loads(run("sweep", "eff", sweep_id, "--json").stdout)
+        return data if data["attempts"] == 4 and data["kwh"] is not None else None
+    data = wait_until(accounted, 60, interval=2.0, what="accounting to hold all four attempts")
+    assert data["points"] == 3 and data["points_run"] == 3
+    assert sorted(p["attempts"] for p in data["by_point"]) == [1, 1, 2]
+    # Slurm's own count of the seconds the tasks ran, every run of each (-D: a requeued task's earlier runs too).
+    sacct = slurm("alpha", "sacct", "-X", "-D", "-n", "-P", "-o", "ElapsedRaw", "-j", ",".join(job_ids)).stdout.split()
+    assert len(sacct) == 4 and data["elapsed_s"] == sum(int(s) for s in sacct)
+    hours = data["elapsed_s"] / 3600.0
+    kwh = (POWER["node_busy_watts"] + POWER["gpu_busy_watts"]) * 1.2 * hours / 1000.0    # one GPU, one node
+    assert data["source"] == "model" and data["kwh"] == pytest.approx(kwh)
+    assert data["gpu_hours"] == pytest.approx(hours)
+    assert data["gco2"] == pytest.approx(kwh * 250) and data["cost"] == pytest.approx(kwh * 0.3 + hours * 4.0)
+    text = run("sweep", "eff", sweep_id).stdout
+    assert "3 of 3 point(s) ran, 4 attempt(s)" in text and "from the site's power model" in text, text
