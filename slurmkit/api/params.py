@@ -21,10 +21,11 @@ the script holds would see one).
 
 ``slurm_additional_parameters`` cannot pass arbitrary ``#SBATCH`` lines: the ones slurmkit
 knows what to do with are taken (``account``, ``qos``, ``constraint``, ``exclude``,
-``nodelist``, ``exclusive``), any other is refused, so that nothing reaches sbatch unchecked.
+``nodelist``, ``exclusive``, ``dependency``, ``begin``, ``reservation``: the last three in
+sbatch's own forms, checked as ``slurmkit submit`` checks them), any other is refused, so that
+nothing reaches sbatch unchecked.
 """
 
-import re
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from slurmkit.errors import UsageError
@@ -39,8 +40,7 @@ SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus
          "array_parallelism")
 # slurmkit's own, the same in both.
 OWN = ("comm", "template", "image", "mounts", "env", "auto_requeue")
-ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive")
-_MEM_RE = re.compile(r"[1-9][0-9]{0,8}[KMGT]?", re.ASCII)
+ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive", "dependency", "begin", "reservation")
 
 
 class Request(NamedTuple):
@@ -94,8 +94,10 @@ def _mem(value, generic: bool) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UsageError("executor parameter mem_gb=%r: give a positive number of GB" % (value,))
         return "%dM" % max(1, round(value * 1024))
+    from slurmkit.script.sbatch_header import MEM_RE
+
     text = str(value)
-    if not _MEM_RE.fullmatch(text):
+    if not MEM_RE.fullmatch(text):
         raise UsageError("executor parameter mem=%r: give a size such as 16G, 512M or 4096 (MB)" % (value,))
     return text
 
@@ -134,6 +136,10 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
             fields["exclude"] = tuple(_text(key, n) for n in (value.split(",") if isinstance(value, str) else value))
         elif key == "exclusive":
             fields["exclusive"] = bool(value)
+        elif key in ("dependency", "begin", "reservation"):
+            from slurmkit.script import sbatch_header
+
+            fields[key] = getattr(sbatch_header, "check_" + key)(_text(key, value))
         elif key == "mounts":
             fields["mounts"] = _strings(key, value)
         elif key == "auto_requeue":

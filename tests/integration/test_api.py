@@ -6,11 +6,13 @@ module), and over SSH the executor's folder here and its folder on the cluster a
 directories, so that nothing can pass through a shared filesystem unseen.
 """
 
+import datetime
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,19 @@ def test_a_job_ended_before_its_call_returned_is_uncompleted_with_its_log(execut
     with pytest.raises(UncompletedJobError) as err:
         job.result()
     assert "ended CANCELLED without a result" in str(err.value) and "started" in str(err.value)
+
+
+def test_a_call_after_another_job_waits_for_it_as_submitit_users_ask_for_it(executor, tmp_path):
+    # submitit's users chain jobs with slurm_additional_parameters={"dependency": ...}.
+    first = slurm("alpha", "sbatch", "--parsable", "-p", "cpu", "-t", "2", "-o", str(tmp_path / "first-%j"),
+                  "--wrap", "sleep 3").stdout.strip()
+    executor.update_parameters(slurm_additional_parameters={"dependency": "afterok:" + first})
+    job = executor.submit(time.time)
+    slurm_id = job.job_id.split(":")[1]
+    assert job_info("alpha", slurm_id)["Dependency"] == "afterok:%s(unfulfilled)" % first
+    started = job.result()
+    ended = datetime.datetime.fromisoformat(job_info("alpha", first)["EndTime"]).timestamp()
+    assert job_info("alpha", first)["JobState"] == "COMPLETED" and started >= ended
 
 
 def test_job_from_id_in_another_process(executor, tmp_path):

@@ -26,6 +26,11 @@ def test_auto_executor_names_become_the_job_spec():
                           "image": "pytorch"}
 
 
+def test_submitits_dependency_begin_and_reservation_go_through_additional_parameters():
+    extra = {"dependency": "afterok:1234", "begin": "now+1hour", "reservation": "hero"}
+    assert params.request({"slurm_additional_parameters": extra}, generic=True).fields == extra
+
+
 def test_slurm_executor_names_and_slurms_own_time():
     got = params.request({"partition": "cpu", "time": "2-00:00:00", "ntasks_per_node": 2, "mem": "16G",
                           "job_name": "x", "exclude": "n1,n2"}, generic=False)
@@ -46,6 +51,8 @@ def test_slurm_executor_names_and_slurms_own_time():
     ({"job_name": "a\nb"}, False, "give a non-empty string of one line"),
     ({"additional_parameters": {"wrap": "rm -rf ~"}}, False, "'wrap' is not passed to sbatch by slurmkit"),
     ({"additional_parameters": {"account": "a"}, "account": "b"}, False, "account given both"),
+    ({"additional_parameters": {"dependency": "afterok:alpha:12"}}, False, "1234, not alpha:1234"),
+    ({"slurm_additional_parameters": {"begin": "tonight"}}, True, "--begin 'tonight'"),
     ({"env": {"A": 1}}, True, "env: give a dict of strings"),
 ])
 def test_wrong_parameters_are_refused_by_name(parameters, generic, says):
