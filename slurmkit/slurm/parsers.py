@@ -441,7 +441,9 @@ def parse_limits(text: str) -> List[Limit]:
             section = "account" if line.startswith("Account") else "user"
             continue
         if section and "=" not in line:
-            holder = "%s %s %s" % (base, section, line)
+            # A QOS's user by uid: 22.05 prints "0", 24.11 and later "root(0)".
+            label = re.sub(r"^.*\((\d+)\)$", r"\1", line) if section == "user" else line
+            holder = "%s %s %s" % (base, section, label)
             continue
         for token in line.split():
             field, sep, value = token.partition("=")

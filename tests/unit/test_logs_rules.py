@@ -331,6 +331,9 @@ def test_the_controllers_limits_are_read_with_their_holder_and_what_is_in_use():
 
     assert parse_limits(QOS_ONEJOB) == [Limit("qos test_onejob user 0", "MaxJobsPU", None, "1", "1"),
                                         Limit("qos test_onejob user 0", "MaxTRESPU", "mem", "4000", "1000")]
+    # 24.11 and later name the user with the uid: the same holder.
+    later = QOS_ONEJOB.replace("\n      0\n", "\n      root(0)\n")
+    assert later != QOS_ONEJOB and parse_limits(later) == parse_limits(QOS_ONEJOB)
     assert parse_limits(ASSOC) == [Limit("account lab", "GrpTRES", "cpu", "8", "8"),
                                    Limit("account lab user ada", "MaxJobs", None, "2", "2"),
                                    Limit("account lab user ada", "MaxWallPJ", None, "60", "")]
