@@ -1,13 +1,15 @@
 """Checkpointing on the real clusters: a Checkpointable call sent USR1 (as Slurm sends it before the time
 limit, or on preemption) is requeued by Slurm under its own id and resumes from its own state to the right
-value: locally on alpha, over SSH (gamma through its login node), as a map_array task, and inside a
-``with executor.batch()`` block (an array whose tasks each carry their own function).
+value: a single call, a map_array task and a call inside a ``with executor.batch()`` block (an array whose
+tasks each carry their own function), each locally on alpha and over SSH (gamma through its login node).
 
-The four are submitted together and signalled together by one module-scoped fixture, so that Slurm's hold
-of a requeued job (the launch credential's life, 30 s on the devclusters) is waited for once, not four
-times; each test then reads its own case.
+The six are submitted together and signalled together by one module-scoped fixture, so that Slurm's hold
+of a requeued job (the launch credential's life, 30 s on the devclusters) is waited for once, not six
+times; each test then reads its own case.  Then slurm_max_num_timeout on its own: Slurm's own USR1 before
+the time limit restarts a call that many times and no more.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -86,10 +88,12 @@ def restarted(tmp_path_factory):
 
         assert reach(remote.session.site.cluster("gamma")) == "ssh"
         jobs = {"local": local.submit(Count(), 20, 7), "ssh": remote.submit(Count(), 20, 7)}
-        jobs["array"] = local.map_array(Count(), [5, 20, 12], [None, 7, None])
-        with local.batch():
-            jobs["batch"] = [local.submit(add, 2, 3), local.submit(Count(), 15, 4)]
-        signalled = [jobs["local"], jobs["ssh"], jobs["array"][1], jobs["batch"][1]]
+        for where, ex in (("local", local), ("ssh", remote)):
+            jobs["array", where] = ex.map_array(Count(), [5, 20, 12], [None, 7, None])
+            with ex.batch():
+                jobs["batch", where] = [ex.submit(add, 2, 3), ex.submit(Count(), 15, 4)]
+        signalled = [jobs["local"], jobs["ssh"]] + [jobs[case, where][1] for case in ("array", "batch")
+                                                    for where in ("local", "ssh")]
         for job in signalled:
             wait_until(lambda: "paused at" in (job.stdout() or ""), 60, what="%s to reach its pause" % job.job_id)
         for job in signalled:
@@ -121,14 +125,18 @@ def test_over_ssh_the_checkpoint_is_written_and_read_on_the_cluster(restarted):
     job = restarted["ssh"]
     assert job.job_id.startswith("gamma:")
     _restarted_once(job, 20, 7)
-    # The saved call stayed in the cluster's folder, beside the call: nothing came through this machine's folder.
+    # The saved call stayed in the cluster's folder, beside the call: nothing came through this machine's folder,
+    # which holds the job records alone (this call's, and those of the SSH array and batch).
     there = Path(job.paths.cluster_folder)
     assert (there / (Path(job.paths.submitted_pickle).name.replace("_call", "_checkpoint"))).exists()
-    assert sorted(p.name for p in Path(job.paths.folder).iterdir()) == [job.job_id.replace(":", "_") + ".job.json"]
+    here = [p.name for p in Path(job.paths.folder).iterdir()]
+    assert job.job_id.replace(":", "_") + ".job.json" in here and all(n.endswith(".job.json") for n in here), here
 
 
-def test_an_array_task_sent_usr1_restarts_alone_from_its_own_checkpoint(restarted):
-    first, signalled, third = restarted["array"]
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_an_array_task_sent_usr1_restarts_alone_from_its_own_checkpoint(restarted, where):
+    first, signalled, third = restarted["array", where]
+    assert first.job_id.startswith("alpha:" if where == "local" else "gamma:")
     _restarted_once(signalled, 20, 7)
     for job, total in ((first, 5), (third, 12)):     # the other tasks ran once, to their end
         assert job.result() == {"step": total, "starts": [0], "restarts": None, "job": job.job_id}
@@ -138,10 +146,43 @@ def test_an_array_task_sent_usr1_restarts_alone_from_its_own_checkpoint(restarte
     assert [p.name for p in checkpoints] == [token + "_1_checkpoint.txt"]
 
 
-def test_a_checkpointable_call_in_a_batch_is_requeued_and_its_neighbour_is_not_disturbed(restarted):
-    plain, counted = restarted["batch"]
+@pytest.mark.parametrize("where", ["local", "ssh"])
+def test_a_checkpointable_call_in_a_batch_is_requeued_and_its_neighbour_is_not_disturbed(restarted, where):
+    plain, counted = restarted["batch", where]
     array = plain.job_id.rsplit("_", 1)[0]
     assert (plain.job_id, counted.job_id) == (array + "_0", array + "_1")
-    assert plain.result() == 5 and job_info("alpha", plain.job_id.split(":")[1])["Restarts"] == "0"
+    assert array.startswith("alpha:" if where == "local" else "gamma:")
+    assert plain.result() == 5 and job_info(plain.cluster, plain.job_id.split(":")[1])["Restarts"] == "0"
     info = _restarted_once(counted, 15, 4)
     assert info["Requeue"] == "1"                 # the batch's array asked for --requeue: one call is checkpointable
+
+
+class Endless(Checkpointable):
+    """Runs until its time limit on every start, counting its starts in itself (the saved call carries them)."""
+
+    def __init__(self):
+        self.starts = 0
+
+    def __call__(self):
+        import time
+
+        self.starts += 1
+        print("start", self.starts, flush=True)
+        while True:
+            time.sleep(0.1)
+
+
+def test_slurm_max_num_timeout_restarts_a_call_that_many_times_after_its_time_limit_and_no_more(tmp_path):
+    # Slurm's own USR1, 90 s before a 2-minute limit (up to a minute late: slurmctld checks limits about every
+    # 30 s), is the limit's each time: the first run is requeued, the second ends with submitit's message.
+    with slurmkit.AutoExecutor(tmp_path, cluster="alpha", site=SITE, slurm_max_num_timeout=1) as ex:
+        ex.update_parameters(timeout_min=2, slurm_partition="cpu")
+        job = ex.submit(Endless())
+        job.wait(timeout=2 * 120 + requeue_hold_s("alpha") + 60)
+        with pytest.raises(slurmkit.UncompletedJobError,
+                           match=r"timed-out too many times \(2; max_num_timeout=1\)"):
+            job.result()
+    info = job_info("alpha", job.job_id.split(":")[1])
+    assert (info["Restarts"], info["JobState"]) == ("1", "FAILED"), info
+    saved = Path(job.paths.cluster_folder) / Path(job.paths.submitted_pickle).name.replace("_call", "_checkpoint")
+    assert json.loads(saved.read_text().split("\n")[0])["timeouts"] == 1     # the first limit, counted once
