@@ -16,9 +16,9 @@ accounting is named, its points not counted as free.
 from typing import Dict, List, NamedTuple, Optional
 
 
-class PointUsage(NamedTuple):
-    point_id: str
-    values: Dict[str, str]
+class Used(NamedTuple):
+    """What some attempts used in all; None: unknown (one attempt's was)."""
+
     attempts: int
     elapsed_s: int
     gpu_hours: Optional[float]
@@ -26,8 +26,14 @@ class PointUsage(NamedTuple):
     cost: Optional[float]
     gco2: Optional[float]
 
+
+class PointUsage(NamedTuple):
+    point_id: str
+    values: Dict[str, str]
+    used: Used
+
     def to_dict(self):
-        return self._asdict()
+        return dict({"point_id": self.point_id, "values": self.values}, **self.used._asdict())
 
 
 class SweepUsage(NamedTuple):
@@ -35,19 +41,15 @@ class SweepUsage(NamedTuple):
     name: str
     points: int
     points_run: int                      # points with at least one attempt in accounting
-    attempts: int
-    elapsed_s: int
-    gpu_hours: Optional[float]
-    kwh: Optional[float]
-    cost: Optional[float]
-    gco2: Optional[float]
-    source: Optional[str]                # "slurm", "model", "slurm+model" or None (unknown)
+    used: Used                           # over every point and attempt
+    source: Optional[str]                # "slurm", "model", "model+slurm" or None (unknown)
     unknown: List[str]                   # why a sum is unknown, one phrase each
     no_accounting: List[str]             # clusters that keep none: their tasks are not counted
     by_point: List[PointUsage]
 
     def to_dict(self):
-        data = self._asdict()
+        data = {k: v for k, v in self._asdict().items() if k not in ("used", "by_point")}
+        data.update(self.used._asdict())
         data["by_point"] = [p.to_dict() for p in self.by_point]
         return data
 
@@ -55,13 +57,14 @@ class SweepUsage(NamedTuple):
         how = {"slurm": "measured by Slurm (ConsumedEnergy) x the site's PUE",
                "model": "from the site's power model, busy the whole time (an upper bound)",
                "slurm+model": "measured by Slurm where it did, the power model elsewhere"}
+        u = self.used
         out = ["sweep %s (%s): %d of %d point(s) ran, %d attempt(s), %.2f hours elapsed in all"
-               % (self.sweep, self.name, self.points_run, self.points, self.attempts, self.elapsed_s / 3600.0),
-               "GPU-hours: %s" % ("%.2f" % self.gpu_hours if self.gpu_hours is not None else "not recorded"),
-               "energy: %s" % ("%.3f kWh, %s" % (self.kwh, how.get(self.source, self.source))
-                               if self.kwh is not None else "unknown"),
-               "cost: %s" % ("%.2f" % self.cost if self.cost is not None else "unknown"),
-               "carbon: %s" % ("%.3f kgCO2e" % (self.gco2 / 1000.0) if self.gco2 is not None else "unknown")]
+               % (self.sweep, self.name, self.points_run, self.points, u.attempts, u.elapsed_s / 3600.0),
+               "GPU-hours: %s" % ("%.2f" % u.gpu_hours if u.gpu_hours is not None else "not recorded"),
+               "energy: %s" % ("%.3f kWh, %s" % (u.kwh, how.get(self.source, self.source))
+                               if u.kwh is not None else "unknown"),
+               "cost: %s" % ("%.2f" % u.cost if u.cost is not None else "unknown"),
+               "carbon: %s" % ("%.3f kgCO2e" % (u.gco2 / 1000.0) if u.gco2 is not None else "unknown")]
         out.extend("  unknown: %s" % why for why in self.unknown[:5])
         if len(self.unknown) > 5:
             out.append("  ... and %d more (--json lists all)" % (len(self.unknown) - 5))
@@ -103,7 +106,7 @@ def sweep_usage(session, journal, sweep_id: str) -> SweepUsage:
     for p in points:
         attempts = by_point[p.point_id]
         if not attempts:
-            out_points.append(PointUsage(p.point_id, p.values, 0, 0, 0.0, 0.0, 0.0, 0.0))
+            out_points.append(PointUsage(p.point_id, p.values, Used(0, 0, 0.0, 0.0, 0.0, 0.0)))
             continue
         hint = gpus_per_node.get(attempts[-1].cluster)
         hint = hint * attempts[-1].nodes if hint is not None else None
@@ -114,19 +117,18 @@ def sweep_usage(session, journal, sweep_id: str) -> SweepUsage:
         gpus = [a.gpus if a.gpus is not None else hint for a in attempts]
         gpu_hours = (sum(g * a.elapsed_s for g, a in zip(gpus, attempts)) / 3600.0
                      if all(g is not None for g in gpus) else None)
-        out_points.append(PointUsage(p.point_id, p.values, len(attempts), sum(a.elapsed_s for a in attempts),
-                                     gpu_hours, energy["kwh"], energy["cost"], energy["gco2"]))
+        out_points.append(PointUsage(p.point_id, p.values, Used(
+            len(attempts), sum(a.elapsed_s for a in attempts), gpu_hours, energy["kwh"], energy["cost"],
+            energy["gco2"])))
 
     def total(key):
-        values = [getattr(u, key) for u in out_points]
+        values = [getattr(u.used, key) for u in out_points]
         return None if any(v is None for v in values) else sum(values)
 
     return SweepUsage(
-        sweep=sweep.id, name=sweep.name, points=len(points), points_run=sum(1 for u in out_points if u.attempts),
-        attempts=sum(u.attempts for u in out_points), elapsed_s=sum(u.elapsed_s for u in out_points),
-        gpu_hours=total("gpu_hours"), kwh=total("kwh"), cost=total("cost"), gco2=total("gco2"),
-        source="+".join(sorted(sources)) or None, unknown=unknown, no_accounting=no_accounting,
-        by_point=out_points)
+        sweep=sweep.id, name=sweep.name, points=len(points), points_run=sum(1 for u in out_points if u.used.attempts),
+        used=Used(*(total(key) for key in Used._fields)), source="+".join(sorted(sources)) or None, unknown=unknown,
+        no_accounting=no_accounting, by_point=out_points)
 
 
 def _gpus_per_node(site, sweep, arrays) -> Dict[str, Optional[int]]:

@@ -74,14 +74,16 @@ def test_sums_every_point_and_attempt_over_clusters(journal):
     with Session(site, backend_factory=lambda c: {"alpha": alpha, "beta": beta}[c.name]) as session:
         usage = sweep_usage(session, journal, "sw-1")
     assert alpha.asked == [["100"]] and beta.asked == [["7"]]                     # one sacct per cluster
-    assert (usage.points, usage.points_run, usage.attempts) == (3, 3, 4)
-    assert [p.attempts for p in usage.by_point] == [1, 1, 2]
-    assert usage.elapsed_s == 7800 and usage.gpu_hours == pytest.approx(7800 / 3600)
+    assert (usage.points, usage.points_run, usage.used.attempts) == (3, 3, 4)
+    assert [p.used.attempts for p in usage.by_point] == [1, 1, 2]
+    assert usage.used.elapsed_s == 7800 and usage.used.gpu_hours == pytest.approx(7800 / 3600)
     # The model (1 kW) on alpha for 6000 s, Slurm's 0.5 kWh on beta; PUE 1.5 on both.
     kwh = (6000 / 3600 * 1.0 + 0.5) * 1.5
-    assert usage.kwh == pytest.approx(kwh) and usage.source == "model+slurm"
-    assert usage.gco2 == pytest.approx(kwh * 100) and usage.cost == pytest.approx(kwh * 0.2)
-    assert usage.to_dict()["by_point"][2]["point_id"] == "p2"
+    assert usage.used.kwh == pytest.approx(kwh) and usage.source == "model+slurm"
+    assert usage.used.gco2 == pytest.approx(kwh * 100) and usage.used.cost == pytest.approx(kwh * 0.2)
+    data = usage.to_dict()                                    # --json: flat sums, and each point's
+    assert data["attempts"] == 4 and data["kwh"] == pytest.approx(kwh) and "used" not in data
+    assert data["by_point"][2]["point_id"] == "p2" and data["by_point"][2]["attempts"] == 2
     assert "3 of 3 point(s) ran, 4 attempt(s)" in usage.lines()[0]
 
 
@@ -91,7 +93,7 @@ def test_unknown_carbon_anywhere_makes_the_sum_unknown_and_says_why(journal):
     beta = Accounting([row("7_2", 1800)])
     with Session(site, backend_factory=lambda c: {"alpha": alpha, "beta": beta}[c.name]) as session:
         usage = sweep_usage(session, journal, "sw-1")
-    assert usage.gco2 is None and usage.kwh is not None and usage.cost is not None
+    assert usage.used.gco2 is None and usage.used.kwh is not None and usage.used.cost is not None
     assert any("p2" in why and "no carbon intensity" in why for why in usage.unknown)
     assert "carbon: unknown" in usage.lines()
 
@@ -102,7 +104,7 @@ def test_a_cluster_without_accounting_is_named_and_its_points_not_counted_as_fre
     beta = Accounting([row("7_2", 1800)])
     with Session(site, backend_factory=lambda c: {"alpha": alpha, "beta": beta}[c.name]) as session:
         usage = sweep_usage(session, journal, "sw-1")
-    assert usage.no_accounting == ["alpha"] and usage.points_run == 1 and usage.attempts == 1
+    assert usage.no_accounting == ["alpha"] and usage.points_run == 1 and usage.used.attempts == 1
     assert any("cluster alpha keeps no accounting" in line for line in usage.lines())
 
 
@@ -112,5 +114,5 @@ def test_gpus_not_counted_by_accounting_come_from_the_sweeps_own_ask(journal):
     beta = Accounting([])
     with Session(site, backend_factory=lambda c: {"alpha": alpha, "beta": beta}[c.name]) as session:
         usage = sweep_usage(session, journal, "sw-1")
-    assert usage.gpu_hours == pytest.approx(3.0) and usage.kwh == pytest.approx(3.0 * 1.5)
-    assert usage.by_point[2].attempts == 1                   # beta has no row for it yet
+    assert usage.used.gpu_hours == pytest.approx(3.0) and usage.used.kwh == pytest.approx(3.0 * 1.5)
+    assert usage.by_point[2].used.attempts == 1                   # beta has no row for it yet
