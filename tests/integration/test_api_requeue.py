@@ -1,5 +1,6 @@
 """auto_requeue=True on the real clusters: a call whose node fails (NODE_FAIL) is restarted by the requeue daemon
-as a new job, and the call's Job follows it to the result.
+as a new job, and the call's Job follows it to the result; a call saved on USR1 restarts from its returned
+submission, and from that same submission again when the restart's own node fails.
 
 The job is kept on one node (alpha's an4: the others excluded; not --nodelist, which the daemon's restart would
 contradict by excluding the failed node, as it leaves an exclusion out when nothing else would remain) and that
@@ -132,3 +133,65 @@ def test_a_call_saved_on_usr1_is_restarted_by_the_daemon_from_the_returned_submi
         assert tracked.attempts[1].resume_from.endswith("/step-1.call") and tracked.attempts[1].resume_step == 1
         assert job.result() == {"step": 12, "starts": [0, 5], "attempt": "2"} and job.job_id != first
         assert cycle().stopped == [(job.tracked_id, "the job completed")]
+
+
+class Relay:
+    """Checkpointable: counts to ``total``; attempt 1 waits at ``pause`` for USR1 (its returned submission is
+    saved), attempt 2 waits at ``hold`` for its node to fail; each start is kept as (attempt, step)."""
+
+    def __init__(self):
+        self.step, self.starts = 0, []
+
+    def __call__(self, total, pause, hold):
+        attempt = int(os.environ["SLURMKIT_ATTEMPT"])
+        self.starts.append((attempt, self.step))
+        while self.step < total:
+            if (attempt, self.step) in ((1, pause), (2, hold)):
+                print("attempt %d waits at %d" % (attempt, self.step), flush=True)
+                while True:
+                    time.sleep(0.1)
+            self.step += 1
+        return {"step": self.step, "starts": self.starts, "node": os.environ["SLURMD_NODENAME"]}
+
+    def checkpoint(self, *args):
+        from slurmkit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args)
+
+
+@pytest.mark.slow
+def test_after_a_node_failure_the_daemon_restarts_the_returned_submission_again(tmp_path, monkeypatch, devcluster):
+    # USR1 saves attempt 1's returned submission (step-1.call) and the daemon resumes it as attempt 2; attempt 2's
+    # node then fails before it saves anything, so attempt 3 starts from that same returned submission: from
+    # attempt 1's step 5, not from 0, and without attempt 2's unsaved steps.
+    monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
+    others = [n for n in ("an1", "an2", "an3", "an4") if n != VICTIM]
+    with slurmkit.AutoExecutor(tmp_path / "jobs", cluster="alpha", site=SITE) as ex:
+        ex.update_parameters(timeout_min=5, slurm_partition="cpu", auto_requeue=True,
+                             slurm_additional_parameters={"exclude": others})
+        job = ex.submit(Relay(), 12, 5, 8)
+        first = job.job_id
+        wait_until(lambda: "attempt 1 waits at 5" in (job.stdout() or ""), 60, what="attempt 1 to pause")
+        slurm("alpha", "scancel", "--signal=USR1", "--batch", first.split(":")[1])
+        ended = wait_job_state("alpha", first.split(":")[1], {"FAILED"}, timeout=60)
+        assert ended["ExitCode"] == "75:0", ended
+        assert len(cycle().restarted) == 1
+        wait_until(lambda: "attempt 2 waits at 8" in (job.stdout() or ""), 90, what="attempt 2 to run on")
+        second = job.job_id
+        assert second != first
+        reason = "slurmkit-test: api returned submission node failure %d" % os.getpid()
+        with node_lock(devcluster):
+            slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
+            try:
+                wait_job_state("alpha", second.split(":")[1], "NODE_FAIL", timeout=60)
+                report = cycle()
+                assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
+            finally:
+                if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
+                    slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
+                wait_until(lambda: node_usable(VICTIM), 90, interval=1.0, what="node %s back" % VICTIM)
+        assert job.result() == {"step": 12, "starts": [(1, 0), (3, 5)], "node": VICTIM}
+        attempts = job._tracked().attempts
+        assert [a.resume_from.rsplit("/", 1)[-1] if a.resume_from else None for a in attempts] == \
+            [None, "step-1.call", "step-1.call"]
+        assert job.job_id not in (first, second) and cycle().stopped == [(job.tracked_id, "the job completed")]
