@@ -61,9 +61,21 @@ def apply(backend, decisions: Sequence[Decision], dry_run: bool = False) -> List
 
 
 def node_record(backend, node: str):
-    found = [n for n in backend.node_states([node]) if n.name == node]
+    """Slurm's record of ``node``; a node Slurm does not know is a usage error saying how to name one
+    (a check run on a login node or a laptop takes the host's name, which is no node's)."""
+    from slurmkit.errors import SlurmCommandError
+
+    unknown = UsageError("cluster %s has no node named %r: run 'slurmkit health check' on one of its nodes (as "
+                         "slurmd's HealthCheckProgram does), or name the node with --node" % (backend.cluster_name, node))
+    try:
+        states = backend.node_states([node])
+    except SlurmCommandError as exc:
+        if "not found" in str(exc):           # scontrol: "Node vm not found"
+            raise unknown from None
+        raise
+    found = [n for n in states if n.name == node]
     if not found:
-        raise UsageError("Slurm does not know a node named %r" % node)
+        raise unknown
     return found[0]
 
 

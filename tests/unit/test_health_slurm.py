@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.errors import SlurmCommandError
+from slurmkit.errors import SlurmCommandError, UsageError
 from slurmkit.health import ownership, slurmside
 from slurmkit.health.findings import NodeReport, fail, ok
 from slurmkit.site.model import Cluster, Defaults, Site
@@ -310,3 +310,13 @@ def test_many_nodes_failing_at_once_never_drain_more_than_the_cap(trial):
     assert 1 <= len(kept) <= 3, kept
     assert sorted(n for n, a in done.items() if a.done) == kept
     assert all(a.done or "not drained" in a.text or "drain undone" in a.text for a in done.values())
+
+
+def test_a_host_that_is_no_node_is_told_how_to_name_one(slurm):
+    # scontrol fails on a name it does not know ("Node vm not found"); a list without it says the same.
+    slurm.answer(["scontrol", "--oneliner", "--details", "show", "node", "vm"], stderr="Node vm not found\n",
+                 returncode=1)
+    for node in ("vm", "n9"):
+        with pytest.raises(UsageError, match="^cluster fake has no node named '%s': run 'slurmkit health check' on "
+                                             "one of its nodes .* or name the node with --node$" % node):
+            slurmside.node_record(slurm, node)
