@@ -287,7 +287,8 @@ def submit_best(session: Session, spec: JobSpec, clusters: Optional[Sequence[str
     timing = (prefer, deadline)
     caller_token = spec.token is not None
     token = spec.token or new_token()
-    spec = spec._replace(token=token)
+    # cheap and green jobs run at the GPU frequency the site sets for them (energy.gpu_freq), wherever placed.
+    spec = spec._replace(token=token, prefer=prefer if prefer in ("cheap", "green") else spec.prefer)
     if caller_token and not dry_run:
         # The caller's token may already have a job on *any* of the clusters (a rerun after a lost answer,
         # when today's best cluster is another one; a twin command started at the same moment): look on

@@ -82,6 +82,10 @@ class JobSpec(NamedTuple):
     begin: Optional[str] = None
     dependency: Optional[str] = None         # sbatch --dependency, job ids of the job's own cluster
     reservation: Optional[str] = None        # sbatch --reservation
+    # The --prefer the federation placed the job by (cheap, green; None otherwise): it picks the site's GPU
+    # frequency for the job (energy.gpu_freq), rendered as sbatch --gpu-freq unless gpu_freq says otherwise.
+    prefer: Optional[str] = None
+    gpu_freq: Optional[str] = None           # sbatch --gpu-freq, the caller's own (overrides the site's)
 
 class RenderedJob(NamedTuple):
     script: str

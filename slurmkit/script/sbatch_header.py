@@ -220,6 +220,18 @@ def check_reservation(text: str) -> str:
     return text
 
 
+def gpu_freq(cluster: Cluster, spec: JobSpec) -> Optional[str]:
+    """The job's sbatch --gpu-freq: the caller's, else the one the site sets for the --prefer that placed it."""
+    from slurmkit.site.checkers import check_gpu_freq
+
+    value = spec.gpu_freq if spec.gpu_freq is not None else cluster.energy.gpu_freq.get(spec.prefer or "")
+    if value is not None:
+        problem = check_gpu_freq(value)
+        if problem:
+            raise UsageError("--gpu-freq: %s" % problem)
+    return value
+
+
 def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec, *, name: str,
                      gpus: int, time: str, ntasks_per_node: int, switches: Optional[int],
                      wait: Optional[str] = None, cpus_per_task: Optional[int] = None,
@@ -250,6 +262,9 @@ def build_directives(site: Site, cluster: Cluster, partition: Partition, spec: J
         opts.append(("--dependency", check_dependency(spec.dependency)))
     if spec.reservation is not None:
         opts.append(("--reservation", check_reservation(spec.reservation)))
+    freq = gpu_freq(cluster, spec)
+    if freq is not None and gpus:
+        opts.append(("--gpu-freq", freq))
     if spec.array:
         if not re.fullmatch(r"[0-9]+(-[0-9]+)?", spec.array, re.ASCII):
             raise UsageError("array %r: give FIRST-LAST, such as 0-49" % spec.array)

@@ -141,7 +141,8 @@ def _build_energy(value):
         carbon_forecast=value.get("carbon_forecast"),
         carbon_forecast_location=value.get("carbon_forecast_location"),
         carbon_forecast_command=tuple(value.get("carbon_forecast_command") or ()),
-        carbon_forecast_timeout=float(value.get("carbon_forecast_timeout") or 10.0))
+        carbon_forecast_timeout=float(value.get("carbon_forecast_timeout") or 10.0),
+        gpu_freq=dict(value.get("gpu_freq") or {}))
 
 
 def _build_power(value):

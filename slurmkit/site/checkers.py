@@ -151,6 +151,20 @@ def window_hours(start, end):
     return list(range(start, 24)) + list(range(0, end))
 
 
+# sbatch --gpu-freq: [memory=]VALUE[,[memory=]VALUE][,verbose], VALUE low, medium, high, highm1 or MHz.
+_GPU_FREQ_VALUE = r"(?:low|medium|high|highm1|[1-9][0-9]{1,4})"
+_GPU_FREQ_RE = re.compile(r"(?:memory=)?%s(?:,(?:memory=)?%s)?(?:,verbose)?" % (_GPU_FREQ_VALUE, _GPU_FREQ_VALUE),
+                          re.ASCII)
+
+
+def check_gpu_freq(value):
+    """sbatch --gpu-freq's value: what the site sets per preference, and what the renderer passes on."""
+    if not _GPU_FREQ_RE.fullmatch(value):
+        return ("%r is not an sbatch --gpu-freq: give low, medium, high, highm1 or a frequency in MHz (1410), "
+                "optionally with memory=VALUE and verbose, comma-separated (medium,memory=high)" % value)
+    return None
+
+
 def check_hours(value):
     try:
         parse_hours(value)

@@ -234,6 +234,8 @@ class EnergySettings(NamedTuple):
     carbon_forecast_location: Optional[str] = None   # which of its locations, when it holds several
     carbon_forecast_command: Tuple[str, ...] = ()    # or a command printing one, run when planning
     carbon_forecast_timeout: float = 10.0            # seconds that command may take
+    gpu_freq: Dict[str, str] = {}                    # --prefer cheap|green -> sbatch --gpu-freq (shared default:
+                                                     # never mutated)
 
 
 class LoginNode(NamedTuple):

@@ -56,7 +56,7 @@ leaving ``account`` out.
 from slurmkit.containers.grammar import RUNTIMES
 from slurmkit.site.checkers import (check_checkpoint_convention, check_cluster, check_container_mount,
                                     check_containers, check_drain_cap, check_fabric, check_fabric_env_name,
-                                    check_feature, check_health_skip, check_hours, check_ib_port, check_image_location,
+                                    check_feature, check_gpu_freq, check_health_skip, check_hours, check_ib_port, check_image_location,
                                     check_image_name, check_mount_path, check_name, check_non_empty,
                                     check_partition, check_port_range, check_power, check_price_windows,
                                     check_carbon_forecast_source, check_carbon_windows, check_energy_price_windows,
@@ -288,6 +288,15 @@ ENERGY = {
         "carbon_forecast_timeout": {"type": "number", "above": 0, "max": 300,
                                     "doc": "seconds the forecast command may take (default 10); a slower one is "
                                            "stopped and the hourly profile used"},
+        "gpu_freq": {
+            "type": "mapping",
+            "doc": "the GPU frequency a job placed by --prefer cheap or green runs at (sbatch --gpu-freq): a lower "
+                   "clock draws less power and runs longer; measure both with slurmkit eff before setting it",
+            # The keys are slurmkit.federation.windows.PREFERENCES less soon (soon is today's behaviour).
+            "keys": {pref: {"type": "str", "checker": check_gpu_freq,
+                            "doc": "low, medium, high, highm1 or MHz, optionally ,memory=VALUE (sbatch's grammar)"}
+                     for pref in ("cheap", "green")},
+        },
         "carbon_forecast_location": {"type": "str", "checker": check_non_empty,
                                      "doc": "the location whose points are used when the forecast holds several"},
     },

@@ -557,6 +557,8 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
              (records[p.id].state in FAILED_STATES or records[p.id].state == UNKNOWN)]
     taken = {p.id for p in completed} | {p.id for p in queued} | {p.id for p in again}
     new = [p for p in plan_.points if p.id not in taken]
+    if request.prefer in ("cheap", "green"):
+        spec = spec._replace(prefer=request.prefer)      # the site's GPU frequency for it (energy.gpu_freq)
     submitter = Submitter(session, journal, sweep, spec, plan_.used, sweep.params, track=request.auto_requeue)
     placements = []
     if new:

@@ -305,3 +305,15 @@ def test_sweep_eff_sums_every_point_and_attempt_from_accounting(devcluster, gree
     assert data["gco2"] == pytest.approx(kwh * 250) and data["cost"] == pytest.approx(kwh * 0.3 + hours * 4.0)
     text = run("sweep", "eff", sweep_id).stdout
     assert "3 of 3 point(s) ran, 4 attempt(s)" in text and "from the site's power model" in text, text
+
+
+def test_a_green_job_runs_at_the_gpu_frequency_the_site_sets_for_green(devcluster, green, request, tmp_path):
+    run = green({"alpha": {"carbon_intensity": flat(250), "gpu_freq": {"green": "medium,memory=high"}}})
+    placed = json.loads(run("submit", "--cluster", "alpha", "--prefer", "green", "--json", *ONE_GPU, "-t", "2",
+                            "--output", str(tmp_path / "freq-%j.out"), "--", "bash", "-c",
+                            'echo "freq=$SLURM_GPU_FREQ"').stdout)
+    cancel_later(request, "alpha", placed["job_id"])
+    wait_job_state("alpha", placed["job_id"], {"COMPLETED"}, timeout=90)
+    # Slurm took the option and handed it to the job (its steps set the clocks where NVML can).
+    printed = (tmp_path / ("freq-%s.out" % placed["job_id"])).read_text()
+    assert "freq=medium,memory=high" in printed, printed
