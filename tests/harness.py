@@ -41,6 +41,15 @@ def assert_golden(script: str, name: str) -> None:
     assert script == path.read_text(), "rendered script differs from %s (UPDATE_GOLDEN=1 to accept)" % path
 
 
+def site_problems(tmp_path, text: str) -> list:
+    """What ``site validate`` says of a site file holding ``text`` (one string a problem)."""
+    from slurmkit.site import validate_files
+
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return [str(p) for p in validate_files([path])]
+
+
 def run_slurmkit(args: Sequence[object], env: Optional[Mapping[str, str]] = None, cwd=None, check: bool = False,
                  timeout: float = 120, input: Optional[str] = None,
                  stdout=subprocess.PIPE) -> subprocess.CompletedProcess:

@@ -521,6 +521,9 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
         raise UsageError("--%s applies to a single job, not a sweep: place a sweep in time with --deadline and "
                          "--prefer, or submit it once the job it waits for has ended"
                          % ("begin" if spec.begin is not None else "dependency"))
+    if request.prefer in ("cheap", "green"):
+        # The site's GPU frequency for it (energy.gpu_freq), kept in the stored spec so reruns render it too.
+        spec = spec._replace(prefer=request.prefer)
     existing = journal.sweep(plan_.sweep_id)
     local = _targets_local(session, request.cluster)
     if existing is not None:
@@ -557,8 +560,6 @@ def _submit_locked(session, request: SweepRequest, journal: Journal, plan_: _Pla
              (records[p.id].state in FAILED_STATES or records[p.id].state == UNKNOWN)]
     taken = {p.id for p in completed} | {p.id for p in queued} | {p.id for p in again}
     new = [p for p in plan_.points if p.id not in taken]
-    if request.prefer in ("cheap", "green"):
-        spec = spec._replace(prefer=request.prefer)      # the site's GPU frequency for it (energy.gpu_freq)
     submitter = Submitter(session, journal, sweep, spec, plan_.used, sweep.params, track=request.auto_requeue)
     placements = []
     if new:

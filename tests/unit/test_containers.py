@@ -22,7 +22,7 @@ from slurmkit.site import load_site
 from slurmkit.site.model import ContainerSettings
 from slurmkit.slurm.types import Switch, Topology
 
-from harness import assert_golden, one_error_line, run_main
+from harness import assert_golden, one_error_line, run_main, site_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = str(ROOT / "site_configs" / "local.yaml")
@@ -215,12 +215,8 @@ clusters:
     ("{runtime: apptainer, options: [\"--a\\nb\"]}", "contains a control character"),
 ])
 def test_site_validate_refuses_bad_container_settings(tmp_path, containers, says):
-    from slurmkit.site import validate_files
-
-    path = tmp_path / "s.yaml"
-    path.write_text("site: s\nclusters:\n  c:\n    containers: %s\n    partitions:\n"
-                    "      p: {accelerator: none, cpus_per_node: 2}\n" % containers)
-    problems = [str(p) for p in validate_files([path])]
+    problems = site_problems(tmp_path, "site: s\nclusters:\n  c:\n    containers: %s\n    partitions:\n"
+                                       "      p: {accelerator: none, cpus_per_node: 2}\n" % containers)
     assert len(problems) == 1 and says in problems[0], problems
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import assert_golden
+from harness import assert_golden, site_problems
 from slurmkit.errors import UsageError
 from slurmkit.federation import planner
 from slurmkit.federation.cooldown import Cooldown
@@ -66,12 +66,9 @@ def test_a_frequency_sbatch_would_not_take_is_refused(value):
     ("{gpu_freq: {green: 1410}}", "expected"),                    # a number, not the text sbatch takes
 ])
 def test_site_validate_refuses_a_bad_gpu_freq_in_one_line(tmp_path, energy, says):
-    from slurmkit.site import validate_files
-
-    path = tmp_path / "s.yaml"
-    path.write_text("site: s\nclusters:\n  c:\n    energy: %s\n    partitions:\n"
-                    "      p: {accelerator: nvidia, gpu_model: h100, gpus_per_node: 8, cpus_per_node: 2}\n" % energy)
-    problems = [str(p) for p in validate_files([path])]
+    problems = site_problems(tmp_path, "site: s\nclusters:\n  c:\n    energy: %s\n    partitions:\n      p: "
+                                       "{accelerator: nvidia, gpu_model: h100, gpus_per_node: 8, cpus_per_node: 2}\n"
+                                       % energy)
     assert len(problems) == 1 and says in problems[0], problems
 
 
