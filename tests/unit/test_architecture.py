@@ -159,6 +159,12 @@ def test_nothing_imports_the_python_api_but_itself_its_submitit_face_and_the_pac
     assert all(name.startswith("slurmkit.compat") for name in _importers_of("slurmkit.compat"))
 
 
+def test_no_command_or_library_path_reaches_the_simulated_clusters():
+    # slurmkit.federation.replay's SimulatedCluster stands in for Slurm in make bench-green and its tests;
+    # a real submission must never be planned against it, so only bench/ and tests/ may import it.
+    assert _importers_of("slurmkit.federation.replay") == []
+
+
 @pytest.mark.parametrize("part,forbidden", [
     ("slurm", ("remote", "script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
     ("remote", ("script", "federation", "cli", "jobs", "session", "requeue", "health", "sweep")),
