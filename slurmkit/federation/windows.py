@@ -17,12 +17,11 @@ estimate (``sbatch --test-only``); here, pure:
   ties to the other measure, then the earlier start, then the site order.
 - **A later window is confirmed** before it is taken: Slurm is asked
   (``sbatch --test-only --begin``) when the job would start held until
-  then; where that is later (nodes busy then: a long job, or jobs this
-  planner itself put in the same clean hour), the window moves to that start
-  and the choice is made again (:func:`moved`; the planner's
-  ``_confirmed``).  Without it, jobs submitted on the same afternoon all
-  chose the same clean hour and queued past their deadlines
-  (``make bench-green``).
+  then; where that is later (nodes busy then: a job running through it, a
+  reservation), the window moves to that start and the choice is made again
+  (:func:`moved`; the planner's ``_confirmed``).  Slurm's estimate does not
+  count jobs held for later, so jobs this planner held for the same clean
+  hour can still queue behind each other (``make bench-green`` measures it).
 - A deadline no window meets is refused (:class:`DeadlineError`, exit 2)
   with the earliest possible end.
 """

@@ -109,3 +109,18 @@ def test_a_later_window_slurm_says_is_taken_is_not_chosen_blindly(site):
     assert all(o.met for o in outcomes)
     starts = sorted(o.start for o in outcomes)
     assert all(b - a >= timedelta(hours=3) for a, b in zip(starts, starts[1:]))   # one after the other
+
+
+def test_estimates_blind_to_held_jobs_as_real_slurms_still_book_them():
+    """Real Slurm's --test-only does not count jobs held for later (measured on alpha): sees_held=False
+    estimates so, while the job itself still waits for the held ones when it runs."""
+    clock = rp.SimulatedClock(MONDAY)
+    cluster = rp.SimulatedCluster("x", 1, clock, sees_held=False)
+    held = MONDAY + timedelta(hours=2)
+    assert cluster.run(held, 1, 3600) == held                          # held for 02:00 on the only node
+    script = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --time=01:00:00\n#SBATCH --begin=2020-06-08T02:00:00\n"
+    assert cluster.estimate_start(script).start == held                # blind: "02:00"
+    assert cluster.run(held, 1, 3600) == held + timedelta(hours=1)     # but it runs after the held one
+    seeing = rp.SimulatedCluster("y", 1, clock)
+    seeing.run(held, 1, 3600)
+    assert seeing.estimate_start(script).start == held + timedelta(hours=1)
