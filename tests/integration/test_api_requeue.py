@@ -58,6 +58,22 @@ def cycle():
         daemon.journal.close()
 
 
+def fail_the_node_under(job, attempt_id, devcluster):
+    """Set VICTIM DOWN (under the suite's node lock) until the attempt on it has ended NODE_FAIL and one daemon
+    cycle has restarted the job; the node is resumed in a finally, whatever happened."""
+    reason = "slurmkit-test: api node failure %d" % os.getpid()
+    with node_lock(devcluster):
+        slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
+        try:
+            wait_job_state("alpha", attempt_id.split(":")[1], "NODE_FAIL", timeout=60)
+            report = cycle()
+            assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
+        finally:
+            if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
+                slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
+            wait_until(lambda: node_usable(VICTIM), 90, interval=1.0, what="node %s back" % VICTIM)
+
+
 @pytest.mark.slow
 def test_a_call_whose_node_fails_is_restarted_by_the_daemon_and_followed_to_its_result(tmp_path, monkeypatch,
                                                                                      devcluster):
@@ -70,17 +86,7 @@ def test_a_call_whose_node_fails_is_restarted_by_the_daemon_and_followed_to_its_
         first = job.job_id
         assert job.tracked_id is not None and job_info("alpha", first.split(":")[1])["Requeue"] == "0"
         wait_until(lambda: "attempt 1 running" in (job.stdout() or ""), 60, what="the first attempt to run")
-        reason = "slurmkit-test: api node failure %d" % os.getpid()
-        with node_lock(devcluster):
-            slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
-            try:
-                wait_job_state("alpha", first.split(":")[1], "NODE_FAIL", timeout=60)
-                report = cycle()
-                assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
-            finally:
-                if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
-                    slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
-                wait_until(lambda: node_usable(VICTIM), 90, interval=1.0, what="node %s back" % VICTIM)
+        fail_the_node_under(job, first, devcluster)
         attempt, seen_id, node = job.result()
         assert job.job_id != first and (attempt, seen_id, node) == (2, job.job_id, VICTIM)
         assert cycle().stopped == [(job.tracked_id, "the job completed")]
@@ -90,12 +96,20 @@ def test_a_call_whose_node_fails_is_restarted_by_the_daemon_and_followed_to_its_
     assert again.result() == (2, job.job_id, VICTIM) and again.job_id == job.job_id
 
 
-class Count:
-    """Checkpointable (submitit's protocol, no import needed): counts to ``total``, waiting at ``pause`` on its
-    first run for USR1."""
+class Resumable:
+    """Checkpointable by submitit's protocol, no import needed: restarted as it is when USR1 comes."""
 
     def __init__(self):
         self.step, self.starts = 0, []
+
+    def checkpoint(self, *args):
+        from slurmkit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args)
+
+
+class Count(Resumable):
+    """Counts to ``total``, waiting at ``pause`` on its first run for USR1."""
 
     def __call__(self, total, pause):
         self.starts.append(self.step)
@@ -106,11 +120,6 @@ class Count:
                     time.sleep(0.1)
             self.step += 1
         return {"step": self.step, "starts": self.starts, "attempt": os.environ["SLURMKIT_ATTEMPT"]}
-
-    def checkpoint(self, *args):
-        from slurmkit.helpers import DelayedSubmission
-
-        return DelayedSubmission(self, *args)
 
 
 @pytest.mark.slow
@@ -135,12 +144,9 @@ def test_a_call_saved_on_usr1_is_restarted_by_the_daemon_from_the_returned_submi
         assert cycle().stopped == [(job.tracked_id, "the job completed")]
 
 
-class Relay:
-    """Checkpointable: counts to ``total``; attempt 1 waits at ``pause`` for USR1 (its returned submission is
-    saved), attempt 2 waits at ``hold`` for its node to fail; each start is kept as (attempt, step)."""
-
-    def __init__(self):
-        self.step, self.starts = 0, []
+class Relay(Resumable):
+    """Counts to ``total``; attempt 1 waits at ``pause`` for USR1 (its returned submission is saved), attempt 2
+    waits at ``hold`` for its node to fail; each start is kept as (attempt, step)."""
 
     def __call__(self, total, pause, hold):
         attempt = int(os.environ["SLURMKIT_ATTEMPT"])
@@ -152,11 +158,6 @@ class Relay:
                     time.sleep(0.1)
             self.step += 1
         return {"step": self.step, "starts": self.starts, "node": os.environ["SLURMD_NODENAME"]}
-
-    def checkpoint(self, *args):
-        from slurmkit.helpers import DelayedSubmission
-
-        return DelayedSubmission(self, *args)
 
 
 @pytest.mark.slow
@@ -179,17 +180,7 @@ def test_after_a_node_failure_the_daemon_restarts_the_returned_submission_again(
         wait_until(lambda: "attempt 2 waits at 8" in (job.stdout() or ""), 90, what="attempt 2 to run on")
         second = job.job_id
         assert second != first
-        reason = "slurmkit-test: api returned submission node failure %d" % os.getpid()
-        with node_lock(devcluster):
-            slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
-            try:
-                wait_job_state("alpha", second.split(":")[1], "NODE_FAIL", timeout=60)
-                report = cycle()
-                assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
-            finally:
-                if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
-                    slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
-                wait_until(lambda: node_usable(VICTIM), 90, interval=1.0, what="node %s back" % VICTIM)
+        fail_the_node_under(job, second, devcluster)
         assert job.result() == {"step": 12, "starts": [(1, 0), (3, 5)], "node": VICTIM}
         attempts = job._tracked().attempts
         assert [a.resume_from.rsplit("/", 1)[-1] if a.resume_from else None for a in attempts] == \
