@@ -375,6 +375,7 @@ def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
     from slurmkit.federation import windows as win
 
     considered = list(considered)
+    held: Dict[Tuple[str, str], Optional[Tuple[int, list]]] = {}
     for _ in range(CONFIRM_TRIES):
         if not order or not order[0].later:
             break
@@ -383,7 +384,14 @@ def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
                            best.candidate.partition)
         start = session.backend(best.cluster).estimate_start(rendered.script).start
         if start <= best.start + timedelta(minutes=1):
-            break
+            # Slurm's estimate does not count jobs held for later (--begin) nor queued: this planner's own,
+            # placed in the same clean hours, would make this job queue behind them.
+            place = (best.cluster, best.candidate.partition)
+            if place not in held:
+                held[place] = _queued_jobs(session.backend(best.cluster), best.candidate.partition)
+            start = _after_queued(held[place], spec.nodes, best.start, best.end)
+            if start is None:
+                break
         # Held until any time between the window and that start, the job would start then too: those
         # windows of the place go, and one at that start stands for them.
         place = (best.cluster, best.candidate.partition)
@@ -392,6 +400,49 @@ def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
         considered.append(win.moved(session.site, spec, best, start, deadline, carbon))
         order = win.choose(considered, prefer, deadline)
     return considered, order
+
+
+def _queued_jobs(backend, partition: str) -> Optional[Tuple[int, list]]:
+    """(the partition's nodes, [(start, end, nodes)] of its jobs with a start: running, or pending with the
+    start Slurm expects, held ones at their --begin), or None where either cannot be read (the check is then
+    skipped, not the submission)."""
+    from datetime import timedelta
+
+    from slurmkit.times import slurm_time_seconds
+
+    try:
+        total = int(backend.partitions()[partition]["TotalNodes"])
+        jobs = backend.jobs()
+    except (SlurmkitError, KeyError, ValueError):
+        return None
+    out = []
+    for job in jobs:
+        if job.state not in ("PENDING", "RUNNING") or job.partition != partition or not job.start_time:
+            continue
+        seconds = slurm_time_seconds(job.time_limit)
+        if seconds is None:
+            continue       # no end (UNLIMITED): nothing to wait for; Slurm's own order decides
+        out.append((job.start_time, job.start_time + timedelta(seconds=seconds), job.node_count or 1))
+    return total, out
+
+
+def _after_queued(held: Optional[Tuple[int, list]], nodes: int, start: datetime, end: datetime) -> Optional[datetime]:
+    """None when those jobs leave ``nodes`` free all through [start, end); else the first later start at
+    which they do for as long (one of their ends: where the window is tried next)."""
+    if held is None:
+        return None
+    total, jobs = held
+    length = end - start
+
+    def fits(begin):
+        finish = begin + length
+        overlapping = [(a, b, n) for a, b, n in jobs if a < finish and b > begin]
+        moments = {begin} | {a for a, _, _ in overlapping if a > begin}
+        return max(sum(n for a, b, n in overlapping if a <= t < b) for t in moments) + nodes <= total
+
+    if fits(start):
+        return None
+    return next((t for t in sorted({b for _, b, _ in jobs if b > start}) if fits(t)), None)
 
 
 def _submit_in_order(session, candidates, to_try: Iterable[Candidate], token, clock, caller_token, cooldown,

@@ -13,8 +13,9 @@ to the soonest cluster.  What is real and what is simulated:
   hour it really started).
 - **Simulated**: Slurm.  :class:`SimulatedCluster` stands in for a cluster's
   backend (the session's injected ``backend_factory``): it answers
-  ``sbatch --test-only`` (``estimate_start``) from its own calendar of
-  reserved nodes, and :meth:`SimulatedCluster.run` books a chosen job as
+  ``sbatch --test-only`` (``estimate_start``) from its calendar of the jobs
+  that have started (blind, as real Slurm is, to jobs held for later),
+  ``squeue`` (``jobs``) and ``scontrol show partition``, and :meth:`SimulatedCluster.run` books a chosen job as
   Slurm would hold and start it: at its ``--begin`` or when enough nodes
   are free, whichever is later (so a window the planner thought free can
   still be late, and the replay says so as a missed deadline).  The clock
@@ -26,12 +27,13 @@ measures the choice and not the forecast of run times.
 """
 
 import tempfile
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.energy.model import Expected, expected
 from slurmkit.site.model import Site
-from slurmkit.slurm.types import StartEstimate
+from slurmkit.slurm.types import JobInfo, StartEstimate
 
 
 class ReplayJob(NamedTuple):
@@ -85,14 +87,17 @@ class SimulatedCluster:
     """A simulated Slurm cluster of ``nodes`` whole nodes: the one backend call the planner makes
     (``estimate_start``), answered from a calendar of the jobs booked with :meth:`run`."""
 
-    def __init__(self, name: str, nodes: int, clock: SimulatedClock, sees_held: bool = True):
+    def __init__(self, name: str, nodes: int, clock: SimulatedClock, sees_held: bool = False):
         self.name = name
         self.clock = clock
         # Real Slurm's --test-only does not count jobs held for later (measured on alpha, Slurm 22.05: four
         # jobs held for 16:00 on its four nodes, and a fifth is still estimated to start at 16:00 there).
-        # sees_held=False estimates so; True lets the estimate see every booking, held ones included.
+        # So the estimate counts only the jobs that have started by now; sees_held=True lets it see every
+        # booking, held and queued ones included (a kinder Slurm than the real one).
         self.sees_held = sees_held
         self.booked: List[List[Tuple[datetime, datetime]]] = [[] for _ in range(nodes)]
+        # (partition, begin, start, nodes, seconds) of each job booked: what squeue lists (jobs()).
+        self.queue: List[Tuple[str, datetime, datetime, int, int]] = []
 
     def earliest(self, after: datetime, count: int, seconds: int, started_by: Optional[datetime] = None) -> datetime:
         """The first time from ``after`` at which ``count`` nodes are free for ``seconds`` (``started_by``:
@@ -108,9 +113,10 @@ class SimulatedCluster:
                 return start
         raise AssertionError("unreachable: the last booking's end leaves every node free")
 
-    def run(self, begin: datetime, count: int, seconds: int) -> datetime:
+    def run(self, begin: datetime, count: int, seconds: int, partition: str = "") -> datetime:
         """Book a job held until ``begin``: it starts then, or when ``count`` nodes are free after it."""
         start = self.earliest(begin, count, seconds)
+        self.queue.append((partition, begin, start, count, seconds))
         end = start + timedelta(seconds=seconds)
         for node in self._free(start, end)[:count]:
             self.booked[node].append((start, end))
@@ -133,6 +139,20 @@ class SimulatedCluster:
             after = max(after, datetime.strptime(header["begin"], "%Y-%m-%dT%H:%M:%S"))
         start = self.earliest(after, count, seconds, None if self.sees_held else now)
         return StartEstimate(start=start, nodes="%s-sim[%d]" % (self.name, count), partition=header.get("partition"))
+
+    def jobs(self, job_ids=None, user=None) -> List[JobInfo]:
+        """The jobs not ended yet, as squeue lists them: running, or pending (reason BeginTime while held for
+        later, Resources after) with the start Slurm expects."""
+        now = datetime.fromtimestamp(self.clock.time())
+        return [JobInfo(job_id=str(i), name="sim", state="RUNNING" if start <= now else "PENDING",
+                        partition=partition, node_count=count, start_time=start, time_limit=_slurm_time(seconds),
+                        reason="None" if start <= now else "BeginTime" if begin > now else "Resources")
+                for i, (partition, begin, start, count, seconds) in enumerate(self.queue)
+                if start + timedelta(seconds=seconds) > now]
+
+    def partitions(self) -> Dict[str, Dict[str, str]]:
+        """Every partition of the simulated cluster spans all of its nodes."""
+        return defaultdict(lambda: {"TotalNodes": str(len(self.booked))})
 
     def close(self) -> None:
         pass
@@ -181,13 +201,13 @@ def _slurm_time(seconds: int) -> str:
 
 
 def replay(site: Site, jobs: Sequence[ReplayJob], nodes: Dict[str, int], clusters: Optional[Sequence[str]] = None,
-           baseline: bool = False, sees_held: bool = True) -> List[Outcome]:
+           baseline: bool = False, sees_held: bool = False) -> List[Outcome]:
     """Plan each job at its submission time with its own ``--prefer`` and ``--deadline`` (``baseline``:
     ``--prefer soon`` without a deadline, every job at once to the soonest cluster), book it on its
     simulated cluster, and say what it used.
 
     ``nodes``: cluster -> its simulated node count; ``clusters``: the clusters the planner may use (all);
-    ``sees_held``: False estimates as real Slurm does, blind to jobs held for later (:class:`SimulatedCluster`).
+    ``sees_held``: True lets the estimates see jobs held for later, which real Slurm's do not (:class:`SimulatedCluster`).
     A deadline the planner cannot meet raises its DeadlineError: the workload is then wrong, not the replay.
     """
     from slurmkit.federation.cooldown import Cooldown
@@ -215,7 +235,7 @@ def replay(site: Site, jobs: Sequence[ReplayJob], nodes: Dict[str, int], cluster
             else:
                 first = next(c for c in placement.candidates if c.viable)
                 cluster, partition, begin = first.cluster, first.partition, first.estimate
-            start = simulated[cluster].run(begin, job.nodes, job.seconds)
+            start = simulated[cluster].run(begin, job.nodes, job.seconds, partition)
             place = site.clusters[cluster]
             part = place.partitions[partition]
             use = expected(place, part, job.nodes, part.gpus_per_node, start, job.seconds)

@@ -20,8 +20,9 @@ estimate (``sbatch --test-only``); here, pure:
   then; where that is later (nodes busy then: a job running through it, a
   reservation), the window moves to that start and the choice is made again
   (:func:`moved`; the planner's ``_confirmed``).  Slurm's estimate does not
-  count jobs held for later, so jobs this planner held for the same clean
-  hour can still queue behind each other (``make bench-green`` measures it).
+  count jobs held or queued for later, so the partition's queue (squeue, by
+  whole nodes) is read too: jobs this planner held for the same clean hour
+  would otherwise queue behind each other (``make bench-green``).
 - A deadline no window meets is refused (:class:`DeadlineError`, exit 2)
   with the earliest possible end.
 """

@@ -112,15 +112,19 @@ def test_a_later_window_slurm_says_is_taken_is_not_chosen_blindly(site):
 
 
 def test_estimates_blind_to_held_jobs_as_real_slurms_still_book_them():
-    """Real Slurm's --test-only does not count jobs held for later (measured on alpha): sees_held=False
-    estimates so, while the job itself still waits for the held ones when it runs."""
+    """Real Slurm's --test-only does not count jobs held for later (measured on alpha): the simulation
+    estimates so, while the job itself still waits for the held ones when it runs; squeue lists them."""
     clock = rp.SimulatedClock(MONDAY)
-    cluster = rp.SimulatedCluster("x", 1, clock, sees_held=False)
+    cluster = rp.SimulatedCluster("x", 1, clock)
     held = MONDAY + timedelta(hours=2)
     assert cluster.run(held, 1, 3600) == held                          # held for 02:00 on the only node
     script = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --time=01:00:00\n#SBATCH --begin=2020-06-08T02:00:00\n"
     assert cluster.estimate_start(script).start == held                # blind: "02:00"
+    (queued,) = cluster.jobs()
+    assert (queued.state, queued.reason, queued.start_time, queued.time_limit) == ("PENDING", "BeginTime", held,
+                                                                                   "01:00:00")
+    assert cluster.partitions()["gpu"]["TotalNodes"] == "1"
     assert cluster.run(held, 1, 3600) == held + timedelta(hours=1)     # but it runs after the held one
-    seeing = rp.SimulatedCluster("y", 1, clock)
+    seeing = rp.SimulatedCluster("y", 1, clock, sees_held=True)
     seeing.run(held, 1, 3600)
     assert seeing.estimate_start(script).start == held + timedelta(hours=1)
