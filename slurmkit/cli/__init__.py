@@ -3,7 +3,8 @@
 Nothing outside this package imports click.  :func:`main` is the one error
 boundary: library exceptions become a single ``Error: ...`` line on stderr
 and an exit code (1 failed operation, 2 bad usage or config); ``--debug``
-shows the traceback instead.  Arguments that are not UTF-8 (Python hands
+shows the traceback instead.  Before click is imported, the fast path
+(:mod:`slurmkit.cli.fast`) serves the plain forms of status, logs and why.  Arguments that are not UTF-8 (Python hands
 them over as lone surrogates) are refused up front with their position: a
 job script, a JSON answer and an SSH command line are all text, and a value
 that silently changed on the way would run something else.
@@ -55,45 +56,35 @@ def _silence_stdout():
         pass
 
 
+def _say(message):
+    """One line on stderr (the error boundary's own output, with or without click)."""
+    sys.stderr.write("%s\n" % message)
+    sys.stderr.flush()
+
+
 def main(argv=None):
-    import click
-
-    from slurmkit.cli.commands import cli
-    from slurmkit.errors import SlurmkitError
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args) or bool(os.environ.get("SLURMKIT_DEBUG"))
     bad = undecodable_argument(args)
     if bad is not None:
-        click.echo("Error: argument %d (%s) is not valid UTF-8 text; slurmkit passes arguments on as UTF-8, so "
-                   "give it in UTF-8 (e.g. convert the file name with convmv)" % bad, err=True)
+        _say("Error: argument %d (%s) is not valid UTF-8 text; slurmkit passes arguments on as UTF-8, so "
+             "give it in UTF-8 (e.g. convert the file name with convmv)" % bad)
         return 2
+    from slurmkit.errors import SlurmkitError
+
     try:
-        result = cli.main(args=args, prog_name="slurmkit", standalone_mode=False)
-        code = result if isinstance(result, int) else 0
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("Error: aborted", err=True)
-        code = 1
-    except click.UsageError as exc:
-        if debug:
-            raise
-        hint = " (see '%s --help')" % exc.ctx.command_path if exc.ctx is not None else ""
-        click.echo("Error: %s%s" % (exc.format_message(), hint), err=True)
-        code = 2
-    except click.ClickException as exc:
-        if debug:
-            raise
-        click.echo("Error: %s" % exc.format_message(), err=True)
-        code = exc.exit_code
+        from slurmkit.cli import fast
+
+        code = fast.serve(args)       # the commands typed all day, without importing click
+        if code is None:
+            code = _click_main(args, debug)
     except SlurmkitError as exc:
         if debug:
             raise
-        click.echo("Error: %s" % exc, err=True)
+        _say("Error: %s" % exc)
         code = exc.exit_code
     except KeyboardInterrupt:
-        click.echo("Error: interrupted", err=True)
+        _say("Error: interrupted")
         code = 130
     except BrokenPipeError:
         code = 1   # a reader that stopped early (| head): nothing more to say to it
@@ -101,22 +92,49 @@ def main(argv=None):
         if debug:
             raise
         # Writing the answer failed (a full disk behind stdout): one line, exit 1.
-        click.echo("Error: could not write the output: %s" % (exc.strerror or exc), err=True)
+        _say("Error: could not write the output: %s" % (exc.strerror or exc))
         code = 1
     except Exception as exc:  # a bug: still one line, with the way to see more
         if debug:
             raise
-        click.echo("Error: internal error: %s: %s (rerun with --debug for the traceback)"
-                   % (type(exc).__name__, exc), err=True)
+        _say("Error: internal error: %s: %s (rerun with --debug for the traceback)" % (type(exc).__name__, exc))
         code = 1
     try:
         sys.stdout.flush()
     except OSError as exc:
         if code == 0 and not isinstance(exc, BrokenPipeError):
-            click.echo("Error: could not write the output: %s" % (exc.strerror or exc), err=True)
+            _say("Error: could not write the output: %s" % (exc.strerror or exc))
         code = code or 1
         _silence_stdout()   # what is still buffered would fail again at exit
     return code
+
+
+def _click_main(args, debug):
+    """Parse and run ``args`` with click; click's own exceptions become their line and exit status here,
+    the library's go on to :func:`main`."""
+    import click
+
+    from slurmkit.cli.commands import cli
+
+    try:
+        result = cli.main(args=args, prog_name="slurmkit", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        _say("Error: aborted")
+        return 1
+    except click.UsageError as exc:
+        if debug:
+            raise
+        hint = " (see '%s --help')" % exc.ctx.command_path if exc.ctx is not None else ""
+        _say("Error: %s%s" % (exc.format_message(), hint))
+        return 2
+    except click.ClickException as exc:
+        if debug:
+            raise
+        _say("Error: %s" % exc.format_message())
+        return exc.exit_code
 
 
 def run():

@@ -176,21 +176,9 @@ def status(session, user, as_json, job_ids):
       slurmkit status                    # your slurmkit jobs on every cluster
       slurmkit status alpha:1234 beta:77 --json
     """
-    from slurmkit import jobs
-    from slurmkit.cli import display
-    from slurmkit.errors import SlurmkitError
+    from slurmkit.cli import views
 
-    refs = [jobs.parse_ref(j, session) for j in job_ids]
-    found, missing, clusters = jobs.status(session, refs, user=user)
-    unreachable = [(cluster, str(error)) for cluster, error in clusters.failed.items()]
-    warn("cluster %s not reachable: %s" % pair for pair in unreachable)
-    if as_json:
-        print_json(display.status_dict(found, missing, unreachable))
-    elif found:
-        click.echo(display.status_table(found))
-    warn(jobs.output_notes(session, found))
-    if missing:
-        raise SlurmkitError(display.missing_jobs_message(missing))
+    views.status(session, user, as_json, job_ids)
 
 
 @click.command(context_settings=CONTEXT)

@@ -1,10 +1,9 @@
 """The researcher's day after submit: ``logs``, ``why`` and ``eff``.  Thin: each parses its
 options, calls ``slurmkit.observe``, prints."""
 
-import sys
-
 import click
 
+from slurmkit.cli import views
 from slurmkit.cli.options import CONTEXT, json_option, log_options, pass_session, print_json, site_option
 
 
@@ -25,52 +24,7 @@ def logs(session, follow, lines, err, rank, attempt, journal_path, job_id):
       slurmkit logs -f beta:48213_7
       slurmkit logs --attempt 1 --err alpha:1234
     """
-    from slurmkit.observe import logs as library
-
-    return show_logs(session, library.parse_log_ref(job_id, session), follow, lines, "err" if err else "out", rank,
-                     attempt, journal_path)
-
-
-def show_logs(session, ref, follow, lines, stream, rank, attempt, journal, located=None):
-    """``logs``'s body, also ``sweep logs``'s (which gives the point's file as ``located``): print, or
-    follow; the exit status."""
-    from slurmkit.observe import logs as library
-
-    out = _writer()
-    say = lambda line: click.echo("slurmkit: %s" % line, err=True)   # noqa: E731
-    try:
-        located = located or library.locate(session, ref, stream=stream, attempt=attempt, rank=rank,
-                                            journal_path=journal)
-    except library.ArrayNeedsTask as exc:
-        if follow:
-            raise
-        for row in exc.table():
-            click.echo("%-20s %-12s %s" % row)
-        return 0
-    if located.note:
-        say(located.note)
-    if located.attempts > 1 and located.attempt is not None:
-        say("%s: attempt %d of %d" % (located.ref, located.attempt, located.attempts))
-    if follow:
-        try:
-            return library.follow(session, located, out, say, lines=lines, journal_path=journal,
-                                  stream=stream, rank=rank)
-        except KeyboardInterrupt:   # the user's way to stop following: not an error
-            return 130
-    if not library.show(session, located, out, lines=lines):
-        say("%s has no output file yet (%s; it is %s%s)" % (
-            located.ref, located.expected, located.record.state,
-            ", %s" % located.record.reason if located.record.reason else ""))
-        return 1
-    return 0
-
-
-def _writer():
-    """Write to stdout as text arrives (a log read in chunks must not wait for a buffer to fill)."""
-    def out(text):
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return out
+    return views.logs(session, follow, lines, err, rank, attempt, journal_path, job_id)
 
 
 @click.command(context_settings=CONTEXT)
@@ -95,17 +49,7 @@ def why(session, here, journal, as_json, job_id):
       slurmkit why alpha:1234
       slurmkit why --json beta:48213_7
     """
-    from slurmkit.observe import logs as logs_library
-    from slurmkit.observe import why as library
-
-    ref = logs_library.parse_log_ref(job_id, session)
-    answer = library.why(session, ref, journal_path=journal, ask_elsewhere=not here)
-    if as_json:
-        print_json(answer.data)
-    else:
-        for line in answer.lines:
-            click.echo(line)
-    return 0
+    return views.why(session, here, journal, as_json, job_id)
 
 
 @click.command(context_settings=CONTEXT)

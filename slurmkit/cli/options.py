@@ -9,11 +9,12 @@ whatever Python's ``int()``/``float()`` take (``'٣'``, ``' 2 '``, ``'1_0'``,
 """
 
 import functools
-import json
 import math
 import re
 
 import click
+
+from slurmkit.cli.views import open_session, print_json, require_site, warn  # noqa: F401 (used by the commands)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # render and submit stop reading their own options at the first word of the
@@ -127,14 +128,6 @@ def time_value(ctx, param, value):
     return value
 
 
-def warn(warnings):
-    """Each warning as one ``Warning: ...`` line on stderr."""
-    for warning in warnings:
-        click.echo("Warning: %s" % warning, err=True)
-
-
-def print_json(data):
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _complete_sites(ctx, param, incomplete):
@@ -422,24 +415,10 @@ def pass_session(func):
 
     @functools.wraps(func)
     def wrapper(*args, site=None, **kwargs):
-        from slurmkit.session import Session
-        from slurmkit.site import find_site
-
-        with Session(find_site(require_site(site))) as session:
+        with open_session(site) as session:
             return func(session, *args, **kwargs)
 
     return wrapper
-
-
-def require_site(site):
-    if site:
-        return site
-    from slurmkit.errors import UsageError
-    from slurmkit.site import list_sites
-
-    names = sorted(list_sites())
-    raise UsageError("no site given; use --site NAME|PATH or set SLURMKIT_SITE (available: %s)"
-                     % (", ".join(names) or "none found"))
 
 
 _LOG_OPTIONS = [

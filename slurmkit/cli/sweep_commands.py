@@ -310,7 +310,7 @@ def sweep_logs(session, journal, record, point_ref, follow, lines, err, rank, at
       slurmkit sweep logs train-1a2b3c4d 3f9a
       slurmkit sweep logs -f train-1a2b3c4d '#7'
     """
-    from slurmkit.cli.observe_commands import show_logs
+    from slurmkit.cli.views import show_logs
     from slurmkit.observe import logs
     from slurmkit.sweep import state
 

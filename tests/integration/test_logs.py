@@ -399,3 +399,28 @@ def test_a_job_slurm_requeued_shows_both_attempts_in_logs_and_eff_sums_them(devc
     assert data["elapsed_s"] == sum(a["elapsed_s"] for a in data["attempts"])
     eff_shown = slurmkit("eff", "alpha:" + job)
     assert eff_shown.stdout.splitlines()[0] == "alpha:%s: COMPLETED after 2 attempt(s) (sums over all of them)" % job
+
+
+def through_click(*args):
+    """``slurmkit ARGS`` with the entry point's fast path turned off: what the click command alone prints."""
+    code = ("import sys\nfrom slurmkit.cli import fast, main\nfast.serve = lambda args: None\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, SLURMKIT_SITE=SITE), capture_output=True, text=True, timeout=120)
+
+
+def test_the_fast_path_prints_what_the_click_commands_print(devcluster, tmp_path):
+    """status, logs and why of a real ended job, and of one that never was, are served without click
+    (slurmkit/cli/fast.py) and print, to the byte, what the click commands print, with their exit status."""
+    job = sbatch("alpha", "-o", str(tmp_path / "f-%j.out"), "-e", str(tmp_path / "f-%j.err"), "-t", "2", "--wrap",
+                 "seq 1 30; echo done >&2")
+    wait_job_state("alpha", job, {"COMPLETED"}, timeout=60)
+    for argv in (["status", "alpha:" + job], ["status", "--json", "alpha:" + job, "alpha:99999999"],
+                 ["logs", "-n", "5", "alpha:" + job], ["logs", "--err", "alpha:" + job],
+                 ["why", "--here", "alpha:" + job], ["why", "--here", "--json", "alpha:" + job],
+                 ["status", "alpha:12ab"], ["logs", "alpha:99999999"]):
+        fast_one, reference = slurmkit(*argv), through_click(*argv)
+        assert (fast_one.returncode, fast_one.stdout, fast_one.stderr) == (
+            reference.returncode, reference.stdout, reference.stderr), argv
+    assert slurmkit("logs", "-n", "2", "alpha:" + job).stdout == "29\n30\n"
+    assert slurmkit("logs", "--err", "alpha:" + job).stdout == "done\n"

@@ -151,6 +151,15 @@ def test_only_the_cli_imports_click_and_nothing_imports_the_cli():
                for name in _importers_of("slurmkit.cli"))
 
 
+def test_the_fast_path_and_the_bodies_it_shares_never_import_click():
+    """The fast path and the command bodies it shares with the click commands run without click (the
+    reason the fast path exists); the entry point imports click only for what the fast path leaves
+    (test_a_lookup_imports_no_heavy_module runs it)."""
+    for name in ("slurmkit.cli.fast", "slurmkit.cli.views"):
+        assert not {m for m in GRAPH[name] if m == "click" or m.startswith("click.")}, name
+        assert not {m for m in GRAPH[name] if m.endswith("_commands") or m == "slurmkit.cli.options"}, name
+
+
 def test_nothing_imports_the_python_api_but_itself_its_submitit_face_and_the_packages_top_level_names():
     # The API is a face of the library, like the CLI: the library never depends on either.
     # slurmkit.compat is the API under submitit's module names, nothing else.
@@ -352,13 +361,13 @@ def test_a_repeated_render_imports_no_heavy_module(tmp_path):
 NOT_FOR_LOOKUPS = HEAVY + ("slurmkit.script.render", "slurmkit.script.templates", "slurmkit.script.cache")
 
 
-def _loaded_after(argv, env):
-    """[exit code, the NOT_FOR_LOOKUPS modules loaded] of ``slurmkit argv`` in a fresh interpreter."""
+def _loaded_after(argv, env, modules=NOT_FOR_LOOKUPS):
+    """[exit code, which of ``modules`` were loaded] of ``slurmkit argv`` in a fresh interpreter."""
     code = ("import sys, json, io, contextlib\n"
             "from slurmkit.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
             "    code = main(%r)\n"
-            "print(json.dumps([code, sorted(m for m in %r if m in sys.modules)]))\n" % (list(argv), NOT_FOR_LOOKUPS))
+            "print(json.dumps([code, sorted(m for m in %r if m in sys.modules)]))\n" % (list(argv), modules))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=str(ROOT)).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -376,8 +385,9 @@ def test_help_imports_no_heavy_module(argv, tmp_path):
                                   ["why", "--here", "hopper:1"]])
 def test_a_lookup_imports_no_heavy_module(argv, tmp_path):
     """status, logs and why, once the site file's parse is cached, load neither YAML nor Jinja2 nor the
-    renderer nor pyslurm.  The cluster's slurm.conf is missing, so each stops with one error line
-    where it would first run a Slurm command: everything it imports to get there is loaded by then."""
+    renderer nor pyslurm, nor click (the entry point's fast path serves them: slurmkit/cli/fast.py).
+    The cluster's slurm.conf is missing, so each stops with one error line where it would first run a
+    Slurm command: everything it imports to get there is loaded by then."""
     site = tmp_path / "site.yaml"
     site.write_text((ROOT / "site_configs" / "example-infiniband.yaml").read_text().replace(
         "slurm_conf: /etc/slurm/slurm.conf", "slurm_conf: %s" % (tmp_path / "missing" / "slurm.conf")))
@@ -386,7 +396,7 @@ def test_a_lookup_imports_no_heavy_module(argv, tmp_path):
     env.pop("SLURMKIT_BACKEND", None)
     first = _loaded_after(argv, env)
     assert first[0] == 1 and "yaml" in first[1]          # it got as far as Slurm; the first run parsed the site
-    assert _loaded_after(argv, env) == [1, []]
+    assert _loaded_after(argv, env, NOT_FOR_LOOKUPS + ("click", "slurmkit.cli.commands")) == [1, []]
 
 
 def test_test_files_have_unique_names():
