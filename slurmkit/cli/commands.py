@@ -82,3 +82,17 @@ def cli(debug):
     Example:
       slurmkit submit --site mysite -N 2 --comm heavy -- .venv/bin/python train.py
     """
+
+
+def help_text(args):
+    """What ``slurmkit ARGS`` (``--help``, or ``COMMAND --help``) prints: for the fast path's kept copy."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            cli.main(args=list(args), prog_name="slurmkit", standalone_mode=False)
+        except click.exceptions.Exit:
+            pass
+    return out.getvalue()

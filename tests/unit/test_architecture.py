@@ -381,6 +381,15 @@ def test_help_imports_no_heavy_module(argv, tmp_path):
     assert _loaded_after(argv, env) == [0, []]
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["logs", "-h"], ["why", "--help"]])
+def test_a_kept_help_imports_no_click(argv, tmp_path):
+    """The fast path's help: click renders it the first time; then it is read back, without click, the
+    command modules or typing (re cannot be asked here: the probe's own json imports it)."""
+    env = dict(os.environ, SLURMKIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    assert _loaded_after(argv, env, ("click",)) == [0, ["click"]]
+    assert _loaded_after(argv, env, ("click", "slurmkit.cli.commands", "typing")) == [0, []]
+
+
 @pytest.mark.parametrize("argv", [["status", "hopper:1"], ["logs", "-n", "20", "hopper:1"],
                                   ["why", "--here", "hopper:1"]])
 def test_a_lookup_imports_no_heavy_module(argv, tmp_path):

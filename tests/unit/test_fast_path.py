@@ -126,3 +126,32 @@ def test_the_fast_path_prints_and_exits_as_click_does(argv, capsys, monkeypatch,
     assert served == _run(capsys, argv, fast_path=False)
     code, out, err = served
     assert code in (1, 2) and out == "" and err.startswith("Error: ") and err.count("\n") == 1, served
+
+
+HELPS = [["--help"], ["-h"], ["status", "--help"], ["logs", "-h"], ["why", "--help"]]
+
+
+@pytest.mark.parametrize("argv", HELPS)
+@pytest.mark.parametrize("columns", ["60", "200"])
+def test_help_is_clicks_own_text_rendered_once_and_then_kept(argv, columns, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", columns)
+    reference = _run(capsys, argv, fast_path=False)
+    assert reference[0] == 0 and reference[1].startswith("Usage: slurmkit")
+    assert _run(capsys, argv, fast_path=True) == reference          # rendered by click, then kept
+    assert list((tmp_path / "help").iterdir())
+    assert _run(capsys, argv, fast_path=True) == reference          # the kept copy
+
+
+def test_a_kept_help_from_other_code_is_not_used(capsys, monkeypatch, tmp_path):
+    """The kept text names the source files it came from; a text kept for other files is rendered again."""
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "80")
+    _run(capsys, ["--help"], fast_path=True)
+    (kept,) = (tmp_path / "help").iterdir()
+    signature = kept.read_text().partition("\n")[0]
+    assert os.path.abspath(fast.__file__) in signature
+    kept.write_text(signature.replace("fast.py:", "fast.py:1") + "\nstale help\n")
+    code, out, _ = _run(capsys, ["--help"], fast_path=True)
+    assert code == 0 and out.startswith("Usage: slurmkit") and "stale" not in out
+    assert kept.read_text().partition("\n")[0] == signature
