@@ -98,10 +98,14 @@ def prepare(session: Session, spec: JobSpec, cluster: Optional[str] = None,
 
 
 def submit(session: Session, spec: JobSpec, cluster: Optional[str] = None,
-           partition: Optional[str] = None) -> Submission:
-    """Render and submit; with a caller's token, an existing job with it is returned instead."""
+           partition: Optional[str] = None, fresh_token: bool = False) -> Submission:
+    """Render and submit; with a caller's token, an existing job with it is returned instead.
+
+    ``fresh_token``: the caller made the spec's token with :func:`new_token` just now (to name files by it
+    before sbatch answers), so no job can carry it yet and the look for one, an ``squeue`` of all the user's
+    jobs per submission, is skipped; a wrapper's own look on the login node still guards a retried sbatch."""
     token = spec.token
-    caller_token = token is not None
+    caller_token = token is not None and not fresh_token
     if token is None:
         token = new_token()
         spec = spec._replace(token=token)

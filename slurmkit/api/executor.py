@@ -316,7 +316,7 @@ class Executor:
                 if tracked:
                     submission, requeue = self._submit_tracked(spec, cluster, partition)
                 else:
-                    submission = jobs.submit(self.session, spec, cluster, partition)
+                    submission = jobs.submit(self.session, spec, cluster, partition, fresh_token=True)
             except BaseException:
                 store.remove([files["call"]])     # nothing queued from this file: nothing left behind
                 raise

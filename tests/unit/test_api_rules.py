@@ -185,6 +185,18 @@ def test_an_array_task_runs_the_call_of_its_index(tmp_path):
         payload.dump_calls(len, [((1,), {}), ((2,), {})], array=False)
 
 
+def test_queueing_calls_costs_their_sbatches_alone(tmp_path):
+    # The executor makes each submission's token itself: no squeue for a job that could carry it.
+    from slurmkit.api import AutoExecutor
+    from slurmkit.testing import FakeArraySlurm, fake_session
+
+    alpha = FakeArraySlurm("alpha")
+    ex = AutoExecutor(tmp_path / "jobs", site=fake_session(alpha=alpha), python=sys.executable)
+    ex.submit(int, 0)
+    ex.map_array(int, range(3))
+    assert alpha.methods_called() == ["submit", "config", "submit"]     # config: the array limits, once
+
+
 def test_the_tasks_of_many_arrays_cost_one_query_and_a_forgotten_array_is_read_from_accounting():
     from slurmkit.api.job import StateWatcher
     from slurmkit.testing import FakeArraySlurm, FakeClock

@@ -54,6 +54,14 @@ def test_a_callers_token_never_makes_a_second_job(session, alpha):
     assert len(alpha.table) == 1
 
 
+def test_a_token_the_caller_has_just_made_is_submitted_without_a_look_for_its_job(session, alpha):
+    # The Python API names a call's files by a token it makes before sbatch: no job can carry it yet.
+    token = jobs.new_token()
+    sub = jobs.submit(session, SPEC._replace(token=token), fresh_token=True)
+    assert alpha.methods_called() == ["submit"] and alpha.calls[0].args[1] == token == sub.token
+    assert alpha.table[sub.ref.job_id].comment == "slurmkit:" + token
+
+
 def test_a_lost_answer_then_the_same_token_reports_the_job(session, alpha):
     alpha.fail_next("submit", ConnectTimeoutError("no answer within 60s").outcome_unknown())
     with pytest.raises(ConnectTimeoutError) as caught:
