@@ -23,8 +23,8 @@ import os
 _FLAG = "flag"
 
 
-def _site(value):
-    return value                                  # click takes any text; the site lookup judges it
+def _as_given(value):
+    return value            # click takes any text for --site and --journal; the library judges it
 
 
 def _text(value):
@@ -40,23 +40,24 @@ def _at_least(low):
 
 
 # command -> (option spellings -> (parameter, kind), environment defaults, name of the JOB parameter, many JOBs?)
-_SITE = {"--site": ("site", _site)}
+_SITE = {"--site": ("site", _as_given)}
 COMMANDS = {
     "status": (dict(_SITE, **{"--user": ("user", _text), "-u": ("user", _text), "--json": ("as_json", _FLAG)}),
                {}, "job_ids", True),
     "logs": (dict(_SITE, **{"--follow": ("follow", _FLAG), "-f": ("follow", _FLAG),
                             "--lines": ("lines", _at_least(0)), "-n": ("lines", _at_least(0)),
                             "--err": ("err", _FLAG), "--rank": ("rank", _at_least(0)),
-                            "--attempt": ("attempt", _at_least(1)), "--journal": ("journal_path", _site)}),
+                            "--attempt": ("attempt", _at_least(1)), "--journal": ("journal_path", _as_given)}),
              {"journal_path": "SLURMKIT_JOURNAL"}, "job_id", False),
-    "why": (dict(_SITE, **{"--here": ("here", _FLAG), "--journal": ("journal", _site), "--json": ("as_json", _FLAG)}),
+    "why": (dict(_SITE, **{"--here": ("here", _FLAG), "--journal": ("journal", _as_given),
+                           "--json": ("as_json", _FLAG)}),
             {"journal": "SLURMKIT_JOURNAL"}, "job_id", False),
 }
 
 
 def parse(args):
     """``(command, keyword arguments)`` when this path fully understands ``args``, else None."""
-    if not args or args[0] not in COMMANDS or os.environ.get("_SLURMKIT_COMPLETE"):
+    if not args or args[0] not in COMMANDS:
         return None
     command = args[0]
     options, env_defaults, job_param, many = COMMANDS[command]
@@ -98,6 +99,8 @@ def parse(args):
 
 def serve(args):
     """Run ``args`` here and return the exit status, or None when click must parse them."""
+    if os.environ.get("_SLURMKIT_COMPLETE"):      # the shell asks click to complete a word
+        return None
     if _is_help(args):
         return _help(args)
     parsed = parse(args)

@@ -70,7 +70,7 @@ def test_what_the_fast_path_does_not_fully_understand_goes_to_click(argv):
 
 def test_shell_completion_goes_to_click(monkeypatch):
     monkeypatch.setenv("_SLURMKIT_COMPLETE", "bash_complete")
-    assert fast.parse(["status"]) is None
+    assert fast.serve(["status"]) is None and fast.serve(["--help"]) is None
 
 
 @pytest.mark.parametrize("name", sorted(fast.COMMANDS))
