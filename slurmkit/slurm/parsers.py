@@ -268,9 +268,18 @@ def parse_squeue_json(text: str) -> "List[JobInfo]":
 
 
 def slurm_datetime(text: str) -> Optional[datetime]:
+    """Slurm's ``YYYY-MM-DDTHH:MM:SS``; None for what is not such a time ("N/A", "Unknown", "None").
+
+    Read with fromisoformat after checking the shape, not with strptime: strptime's first call imports
+    _strptime and compiles its pattern, 2-3 ms of every ``status`` (fromisoformat alone would also take
+    other ISO forms, hence the shape)."""
+    digits = text[0:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:19]
+    if len(text) != 19 or text[4] + text[7] + text[10] + text[13] + text[16] != "--T::" or not (
+            digits.isascii() and digits.isdigit()):
+        return None
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
-    except ValueError:  # "N/A", "Unknown", "None"
+        return datetime.fromisoformat(text)
+    except ValueError:  # the shape, but no such day or hour (2026-02-30T25:00:00)
         return None
 
 

@@ -171,3 +171,22 @@ def test_the_submit_once_wrapper_checks_the_renderers_own_trailer():
     # One definition: the remote wrapper refuses a script whose last line is not the trailer.
     assert '"%s" ]; then' % commands.SCRIPT_TRAILER in commands.SUBMIT_ONCE_SCRIPT
     assert "@TRAILER@" not in commands.SUBMIT_ONCE_SCRIPT
+
+
+@pytest.mark.parametrize("text", ["2026-12-05T14:10:21", "2024-02-29T00:00:00", "1999-12-31T23:59:59",
+                                  "2026-02-30T10:00:00", "2026-12-05T24:00:00", "2026-12-05 14:10:21",
+                                  "2026-12-05", "2026-12-05T14:10:21.5", "2026-12-05T14:10:21+00:00",
+                                  "2026-12-05T14:10:2x", "N/A", "Unknown", "None", ""])
+def test_a_slurm_time_is_read_as_strptime_reads_slurms_form(text):
+    """slurm_datetime skips strptime (its first call costs every status 2-3 ms) but reads the same."""
+    try:
+        expected = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        expected = None
+    assert parsers.slurm_datetime(text) == expected
+
+
+@pytest.mark.parametrize("text", ["2026-1-05T14:10:21", "\uff12026-12-05T14:10:21"])
+def test_what_slurm_never_prints_is_not_a_time(text):
+    """strptime also took unpadded fields and non-ASCII digits; Slurm prints neither, so neither is a time."""
+    assert parsers.slurm_datetime(text) is None
