@@ -481,6 +481,11 @@ def wait(session: Session, ref: JobRef, timeout: Optional[float] = None, clock=t
                 on_change(job)
         if job.finished:
             return job
+        if job.reason == "DependencyNeverSatisfied":
+            # Slurm keeps such a job pending for ever (unless kill_invalid_depend): waiting is in vain.
+            raise SlurmkitError("job %s can never start: its --dependency can never be met (a job it waits for "
+                                "ended the wrong way); 'slurmkit why %s' says which, 'slurmkit cancel %s' removes "
+                                "it" % (ref, ref, ref))
         if deadline is not None and clock.monotonic() + delay > deadline:
             raise WaitTimeoutError("job %s is still %s after %ss" % (ref, job.state, timeout), job=job)
         clock.sleep(delay)

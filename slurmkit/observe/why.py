@@ -390,7 +390,8 @@ def why_pending(session: "Session", ref: "LogRef", kv: Dict[str, str], now: date
         lines.append("its priority %d = age %d + fair-share %d + job size %d + partition %d + QOS %d (sprio)"
                      % tuple(factors[k] for k in ("priority", "age", "fairshare", "jobsize", "partition", "qos")))
         data["priority_factors"] = factors
-    if ask_elsewhere:
+    # A job waiting on other jobs' ends cannot be moved: their ids mean other jobs on another cluster.
+    if ask_elsewhere and not kv.get("Reason", "").startswith("Dependency"):
         more, rows = elsewhere(session, ref, kv, start)
         lines.extend(more)
         data["elsewhere"] = rows

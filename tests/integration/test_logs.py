@@ -207,9 +207,11 @@ def test_why_a_job_waiting_for_a_dependency_names_it(devcluster, tmp_path):
     try:
         wait_until(lambda: "Dependency" in slurm("alpha", "squeue", "-h", "-o", "%r", "-j", second).stdout, 30,
                    what="the dependency reason")
-        text = why("--here", "alpha:" + second)
+        text = why("alpha:" + second)
         assert text.splitlines()[0] == ("alpha:%s is PENDING: it waits for its --dependency (afterok:%s(unfulfilled)) "
                                         "to be met" % (second, first)), text
+        # Its dependency's job ids mean other jobs on another cluster: no cluster is offered instead.
+        assert "to move it" not in text and "on beta" not in text, text
     finally:
         slurm("alpha", "scancel", first, second)
 

@@ -98,6 +98,15 @@ def test_wait_follows_the_job_with_backoff_and_one_rpc_per_poll(session, alpha):
     assert alpha.commands.count(alpha.commands[0]) == polls and len(alpha.commands) == polls  # one squeue each
 
 
+def test_wait_gives_up_on_a_job_whose_dependency_can_never_be_met(session, alpha):
+    clock = FakeClock()
+    job = alpha.add_job()
+    clock.call_at(clock.monotonic() + 5, lambda: alpha.set_state(job, "PENDING", reason="DependencyNeverSatisfied"))
+    with pytest.raises(SlurmkitError, match="^job alpha:%s can never start: its --dependency can never be met" % job):
+        jobs.wait(session, jobs.JobRef("alpha", job), clock=clock)
+    assert clock.monotonic() - 1000.0 < 10                        # at the first poll that saw it, not at a timeout
+
+
 def test_wait_timeout_is_not_a_connection_error(session, alpha):
     clock = FakeClock()
     job = alpha.add_job("RUNNING")
