@@ -122,16 +122,24 @@ class Executor:
 
     # -- where ------------------------------------------------------------------------------------
 
-    def _choose(self, spec, partition: Optional[str]) -> Tuple[str, Optional[str]]:
-        """(cluster, partition) for the job: the named or default cluster, or the planner's best."""
+    def _choose(self, spec, partition: Optional[str]) -> Tuple[str, Optional[str], Optional[str]]:
+        """(cluster, partition, --begin) for the job: the named or default cluster, or the planner's best; with
+        ``prefer`` cheap|green or a ``deadline``, the planner's window (a later one held by --begin)."""
         from slurmkit import federation
 
-        if not federation.is_federated(self.cluster):
-            return self.session.site.cluster(self.cluster).name, partition
-        outcome = federation.submit_anywhere(self.session, spec, self.cluster, partition, dry_run=True)
+        request = params.request(self.parameters, self.generic)
+        if not federation.is_federated(self.cluster, prefer=request.prefer, deadline=request.deadline):
+            return self.session.site.cluster(self.cluster).name, partition, None
+        outcome = federation.submit_anywhere(self.session, spec, self.cluster, partition, dry_run=True,
+                                             prefer=request.prefer, deadline=request.deadline)
+        chosen = outcome.placement.chosen
+        if chosen is not None:
+            from slurmkit.federation.windows import begin_text
+
+            return chosen.cluster, chosen.candidate.partition, begin_text(chosen.start) if chosen.later else None
         for candidate in outcome.placement.candidates:
             if candidate.viable:
-                return candidate.cluster, candidate.partition
+                return candidate.cluster, candidate.partition, None
         reasons = "; ".join("%s: %s" % (c.cluster, c.reason) for c in outcome.placement.candidates)
         raise UsageError("no cluster can run the call (%s)" % (reasons or "no candidates"))
 
@@ -289,7 +297,9 @@ class Executor:
         tracked = shape.requeue is True and self.parameters.get("auto_requeue") is True and not array
         if tracked:
             shape = shape._replace(requeue=None, signal=None)
-        cluster, partition = self._choose(shape._replace(token=jobs.new_token()), partition)
+        cluster, partition, begin = self._choose(shape._replace(token=jobs.new_token()), partition)
+        if begin is not None:
+            shape = shape._replace(begin=begin)      # a later, cheaper or cleaner window: Slurm holds it until then
         place = self._place(cluster)
         sizes = [1]
         if array:

@@ -11,7 +11,8 @@ restarts a call, as a new job off the failed nodes and within its budgets, after
 a preemption, or a checkpoint saved on USR1, as ``slurmkit submit --auto-requeue`` does; a
 ``map_array`` or ``batch`` array gets Slurm's own ``--requeue`` instead; False: ``--no-requeue``,
 and no checkpoint is asked for; not given: the cluster's default, and a checkpointable call asks
-for ``--requeue``: Slurm restarts the same job id from its checkpoint).
+for ``--requeue``: Slurm restarts the same job id from its checkpoint), and ``prefer`` (soon, cheap,
+green) with ``deadline``, which place a call in place and time as ``submit --prefer --deadline`` does.
 
 ``slurm_setup`` (``setup`` for the SlurmExecutor), as in submitit: lines of shell that the batch
 script runs before the call starts (``module load``, ``source venv/bin/activate``), printed as
@@ -39,15 +40,18 @@ SLURM = ("partition", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus
          "account", "qos", "constraint", "exclude", "nodelist", "exclusive", "additional_parameters", "setup",
          "array_parallelism")
 # slurmkit's own, the same in both.
-OWN = ("comm", "template", "image", "mounts", "env", "auto_requeue")
+OWN = ("comm", "template", "image", "mounts", "env", "auto_requeue", "prefer", "deadline")
 ADDITIONAL = ("account", "qos", "constraint", "exclude", "nodelist", "exclusive", "dependency", "begin", "reservation")
 
 
 class Request(NamedTuple):
-    """The job spec's fields (JobSpec keyword arguments but the command) and the partition."""
+    """The job spec's fields (JobSpec keyword arguments but the command), the partition, and where in time the
+    call goes: ``prefer`` (soon, cheap, green) and ``deadline`` (``submit --deadline``'s text), as the CLI's."""
 
     fields: Dict[str, object]
     partition: Optional[str]
+    prefer: Optional[str] = None
+    deadline: Optional[str] = None
 
 
 def slurm_names(parameters: Dict[str, object], generic: bool) -> Dict[str, object]:
@@ -117,6 +121,9 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
         named[key] = value
     fields: Dict[str, object] = {}
     partition = _text("partition", named.pop("partition")) if "partition" in named else None
+    prefer, deadline = _when(named.pop("prefer", None), named.pop("deadline", None), named.get("auto_requeue"))
+    if prefer in ("cheap", "green"):
+        fields["prefer"] = prefer             # the site's GPU frequency for it (energy.gpu_freq)
     for key, value in named.items():
         if key == "time":
             fields["time"] = _minutes(value) if generic or isinstance(value, int) else _text("time", value)
@@ -154,7 +161,26 @@ def request(parameters: Dict[str, object], generic: bool) -> Request:
                                                       for k, v in value.items()):
                 raise UsageError("executor parameter env: give a dict of strings")
             fields["env"] = dict(value)
-    return Request(fields, partition)
+    return Request(fields, partition, prefer, deadline)
+
+
+def _when(prefer, deadline, auto_requeue) -> Tuple[Optional[str], Optional[str]]:
+    """``prefer`` and ``deadline`` checked: a preference of the CLI's, a deadline as ``submit --deadline`` takes
+    it (text) or a ``datetime`` (this machine's local time, as Slurm's)."""
+    import datetime
+
+    if prefer is not None and prefer not in ("soon", "cheap", "green"):
+        raise UsageError("executor parameter prefer=%r: choose one of soon, cheap, green" % (prefer,))
+    if isinstance(deadline, datetime.datetime):
+        if deadline.tzinfo is not None:
+            deadline = deadline.astimezone().replace(tzinfo=None)
+        deadline = deadline.replace(microsecond=0).isoformat()
+    elif deadline is not None:
+        deadline = _text("deadline", deadline)
+    if auto_requeue is True and (prefer in ("cheap", "green") or deadline is not None):
+        raise UsageError("executor parameters prefer cheap|green and deadline do not apply to auto_requeue=True "
+                         "yet: its restarts start when the call fails")
+    return prefer, deadline
 
 
 def _lines(value) -> Tuple[str, ...]:

@@ -339,3 +339,33 @@ def test_a_clean_hour_that_held_jobs_fill_is_not_chosen(devcluster, green, reque
     estimate = slurm("alpha", "sbatch", "--test-only", "-N", "1", "-p", "gpu", "-t", "60", "--begin",
                      first_clean.strftime("%Y-%m-%dT%H:%M:%S"), "--wrap", "true", check=False).stderr
     assert first_clean.strftime("%Y-%m-%dT%H:%M:%S") in estimate, estimate
+
+
+def test_the_python_api_places_a_call_by_prefer_and_deadline(devcluster, green, request, tmp_path):
+    """The executor's prefer= and deadline= are submit's --prefer and --deadline: among three clusters the
+    cleanest takes the call, and on one cluster a later, cleaner hour holds it with --begin until then."""
+    import slurmkit
+
+    green({"alpha": {"carbon_intensity": dirty_then_clean(2, 700, 40)}, "beta": {"carbon_intensity": flat(900)},
+           "gamma": {"carbon_intensity": flat(950)}})
+    site = str(tmp_path / "green.yaml")
+    anywhere = slurmkit.AutoExecutor(tmp_path / "jobs", cluster="auto", site=site)
+    anywhere.update_parameters(timeout_min=5, gpus_per_node=1, prefer="green")
+    held = slurmkit.AutoExecutor(tmp_path / "jobs", cluster="alpha", site=site)
+    held.update_parameters(timeout_min=5, slurm_partition="gpu", gpus_per_node=1, prefer="green", deadline="+5h")
+    try:
+        # Now, beta's 900 and gamma's 950 g/kWh against alpha's 700: alpha, at once.
+        now = anywhere.submit(int, "7")
+        assert now.job_id.startswith("alpha:") and now.result() == 7
+        later = held.submit(int, "8")
+        slurm_id = later.job_id.split(":")[1]
+        cancel_later(request, "alpha", slurm_id)
+        info = wait_until(lambda: (lambda i: i if i.get("Reason") == "BeginTime" else None)(
+            job_info("alpha", slurm_id)), 30, what="reason BeginTime")
+        start = datetime.fromisoformat(info["StartTime"])
+        assert (start.hour, start.minute) == ((datetime.now().hour + 2) % 24, 0), info["StartTime"]
+        slurm("alpha", "scontrol", "update", "jobid=" + slurm_id, "StartTime=now")
+        assert later.result() == 8
+    finally:
+        anywhere.close()
+        held.close()

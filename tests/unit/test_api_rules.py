@@ -31,6 +31,16 @@ def test_submitits_dependency_begin_and_reservation_go_through_additional_parame
     assert params.request({"slurm_additional_parameters": extra}, generic=True).fields == extra
 
 
+def test_prefer_and_deadline_place_the_call_in_time_as_the_cli_does():
+    import datetime
+
+    got = params.request({"prefer": "green", "deadline": datetime.datetime(2026, 12, 6, 8, 0, 0, 500)}, True)
+    assert (got.prefer, got.deadline) == ("green", "2026-12-06T08:00:00")
+    assert got.fields == {"prefer": "green"}          # the site's GPU frequency for green, when it sets one
+    soon = params.request({"prefer": "soon", "deadline": "+8h"}, False)
+    assert (soon.prefer, soon.deadline, soon.fields) == ("soon", "+8h", {})
+
+
 def test_slurm_executor_names_and_slurms_own_time():
     got = params.request({"partition": "cpu", "time": "2-00:00:00", "ntasks_per_node": 2, "mem": "16G",
                           "job_name": "x", "exclude": "n1,n2"}, generic=False)
@@ -52,6 +62,9 @@ def test_slurm_executor_names_and_slurms_own_time():
     ({"additional_parameters": {"wrap": "rm -rf ~"}}, False, "'wrap' is not passed to sbatch by slurmkit"),
     ({"additional_parameters": {"account": "a"}, "account": "b"}, False, "account given both"),
     ({"additional_parameters": {"dependency": "afterok:alpha:12"}}, False, "1234, not alpha:1234"),
+    ({"prefer": "fast"}, True, "prefer='fast': choose one of soon, cheap, green"),
+    ({"deadline": ""}, True, "deadline"),
+    ({"prefer": "green", "auto_requeue": True}, True, "do not apply to auto_requeue=True yet"),
     ({"slurm_additional_parameters": {"begin": "tonight"}}, True, "--begin 'tonight'"),
     ({"env": {"A": 1}}, True, "env: give a dict of strings"),
 ])
