@@ -60,12 +60,16 @@ def apply(backend, decisions: Sequence[Decision], dry_run: bool = False) -> List
     return [out[d.node] for d in decisions]
 
 
+class UnknownNode(UsageError):
+    """Slurm has no node of the name a check runs as (a login node's or a laptop's host name)."""
+
+
 def node_record(backend, node: str):
-    """Slurm's record of ``node``; a node Slurm does not know is a usage error saying how to name one
+    """Slurm's record of ``node``; a node Slurm does not know is :class:`UnknownNode`, saying how to name one
     (a check run on a login node or a laptop takes the host's name, which is no node's)."""
     from slurmkit.errors import SlurmCommandError
 
-    unknown = UsageError("cluster %s has no node named %r: run 'slurmkit health check' on one of its nodes (as "
+    unknown = UnknownNode("cluster %s has no node named %r: run 'slurmkit health check' on one of its nodes (as "
                          "slurmd's HealthCheckProgram does), or name the node with --node" % (backend.cluster_name, node))
     try:
         states = backend.node_states([node])

@@ -61,7 +61,10 @@ def check_this_node(site, cluster: Optional[str] = None, node: Optional[str] = N
             try:
                 info = slurmside.node_record(session.backend(the_cluster.name), name)
             except SlurmkitError as exc:
-                if slurm or not partition or isinstance(exc, UsageError):
+                # With a partition named, a host check runs without Slurm's record of a node Slurm does not
+                # know (checked as a name of the admin's); other usage errors stand.
+                if slurm or not partition or (isinstance(exc, UsageError)
+                                               and not isinstance(exc, slurmside.UnknownNode)):
                     raise
                 warnings.append("Slurm not asked about %s (%s): its Gres and jobs are not compared" % (name, exc))
         part = plans.choose_partition(the_cluster, info.partitions if info else (), partition)
