@@ -275,7 +275,8 @@ def slurm_datetime(text: str) -> Optional[datetime]:
     other ISO forms, hence the shape)."""
     digits = text[0:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:19]
     if len(text) != 19 or text[4] + text[7] + text[10] + text[13] + text[16] != "--T::" or not (
-            digits.isascii() and digits.isdigit()):
+            digits.isascii() and digits.isdigit()) or text[11:13] == "24":
+        # Python 3.13's fromisoformat reads hour 24 as the next midnight; strptime and Slurm never do.
         return None
     try:
         return datetime.fromisoformat(text)
