@@ -51,8 +51,7 @@ def check_held_or_chained(spec, cluster: Optional[str], accel: Optional[str] = N
     if spec.begin is not None and (prefer in ("cheap", "green") or deadline is not None):
         raise UsageError("--begin holds the job until a time of yours, and --prefer cheap|green and --deadline "
                          "choose its start themselves: give one or the other")
-    if spec.dependency is not None and (accel or (cluster and (cluster.strip() == "auto"
-                                                                or len([c for c in cluster.split(",") if c.strip()]) > 1))):
+    if spec.dependency is not None and is_federated(cluster, accel):
         raise UsageError("--dependency names jobs of one cluster: send the job there with --cluster NAME (not "
                          "'auto', a list or --accel)")
 
