@@ -35,6 +35,27 @@ def _submitit_missing():
     return None
 
 
+def _scontrol_outliving_sigterm(base, env):
+    """A directory whose ``scontrol`` is the real one started with SIGTERM ignored, for submitit's run alone.
+
+    submitit 1.5.4 requeues a checkpointed job from inside it (``subprocess.check_call(["scontrol",
+    "requeue", id])``), and Slurm's requeue sends SIGTERM to the job's processes, that scontrol among them,
+    sometimes before scontrol has read the controller's answer: submitit then takes the accepted requeue
+    for a failed one and the job fails (seen in CI: "Command '['scontrol', 'requeue', '35']' died with
+    SIGTERM").  That race is submitit's own, and what this module compares is the example's output, so the
+    reference's scontrol outlives the SIGTERM (Slurm's SIGKILL after KillWait still ends it).  slurmkit's
+    task takes an scontrol ended by that SIGTERM for the requeue it is, and keeps the real scontrol."""
+    import shutil
+
+    real = shutil.which("scontrol", path=env.get("PATH") or os.defpath)
+    assert real, "no scontrol on PATH"
+    shim = base / "reference-bin"
+    shim.mkdir()
+    (shim / "scontrol").write_text("#!/bin/sh\ntrap '' TERM\nexec %s \"$@\"\n" % real)
+    (shim / "scontrol").chmod(0o755)
+    return shim
+
+
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     missing = _submitit_missing()
@@ -42,6 +63,7 @@ def outputs(tmp_path_factory):
         pytest.skip("submitit is not installed here (make venv installs it with the bench extras): %s" % missing)
     base = tmp_path_factory.mktemp("submitit-examples")
     env = {k: v for k, v in _info("alpha").env.items() if not k.startswith("SLURMKIT_")}
+    reference_env = dict(env, PATH="%s:%s" % (_scontrol_outliving_sigterm(base, env), env.get("PATH", "")))
     runs = {}
     for name in NAMES:
         for tool in ("submitit", "slurmkit"):
@@ -49,7 +71,7 @@ def outputs(tmp_path_factory):
             where.mkdir(parents=True)
             script = str(EXAMPLES / (name + ".py"))
             if tool == "submitit":
-                argv, tool_env = [sys.executable, script], env
+                argv, tool_env = [sys.executable, script], reference_env
             else:
                 argv, tool_env = [sys.executable, "-m", "slurmkit.compat", script], dict(env, SLURMKIT_SITE=SITE)
             runs[(name, tool)] = subprocess.Popen(argv, cwd=str(where), env=tool_env, stdout=subprocess.PIPE,
