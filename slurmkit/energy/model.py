@@ -128,19 +128,29 @@ def expected(cluster: Cluster, partition: Partition, nodes: int, gpus_per_node: 
 
 
 def used(cluster: Cluster, partition: Optional[Partition], nodes: int, gpus: int, start: datetime, seconds: float,
-         measured_kwh: Optional[float] = None, carbon: Optional[CarbonSource] = None) -> Tuple[Expected, Optional[str]]:
+         measured_kwh: Optional[float] = None, carbon: Optional[CarbonSource] = None,
+         gpu_kwh: Optional[float] = None) -> Tuple[Expected, Optional[str]]:
     """What a job that ran used: (kWh, cost, gCO2e over the hours it really ran, the energy's source).
 
     The source is ``"slurm"`` when Slurm measured the energy (ConsumedEnergy,
-    the nodes' own: PUE is applied to it), ``"model"`` when the partition's
-    power model stands in (busy the whole time: an upper bound), None when
-    neither can say.  ``gpus`` is the job's total.
+    the nodes' own: PUE is applied to it), ``"nvml"`` when NVML measured the
+    GPUs (``gpu_kwh``, :mod:`slurmkit.energy.nvml`) and the power model gives
+    the rest of each node, ``"model"`` when the partition's power model stands
+    in alone (busy the whole time: an upper bound), None when none can say.
+    ``gpus`` is the job's total.
     """
     hours = max(0.0, seconds) / 3600.0
     if measured_kwh is not None and hours > 0:
         return _over_time(cluster, gpus, start, seconds, measured_kwh * 1000.0 / hours, carbon, []), "slurm"
     if partition is None:
         return _over_time(cluster, gpus, start, seconds, None, carbon, ["the job's partition is not in the site"]), None
+    if gpu_kwh is not None and hours > 0:
+        # NVML counts the GPU boards: the rest of each node (CPUs, memory, NICs) is the model's.
+        rest, unknown = job_watts(partition, nodes, 0)
+        watts = None if rest is None else rest + gpu_kwh * 1000.0 / hours
+        why = ["NVML measured the GPUs (%.3f kWh), but the rest of the nodes is unknown: %s" % (gpu_kwh, unknown)
+               ] if unknown else []
+        return _over_time(cluster, gpus, start, seconds, watts, carbon, why), "nvml" if watts is not None else None
     per_node = gpus // nodes if nodes else 0
     watts, unknown = job_watts(partition, nodes, per_node)
     return (_over_time(cluster, gpus, start, seconds, watts, carbon, [unknown] if unknown else []),

@@ -98,6 +98,9 @@ class Attempt(NamedTuple):
     energy_j: Optional[int]
     partition: Optional[str] = None   # as accounting recorded it (the first of a list)
     start: Optional[str] = None       # Slurm's local time, 2026-12-04T22:00:00; None before it started
+    nodelist: Optional[str] = None    # Slurm's hostlist expression of its nodes
+    gpu_kwh: Optional[float] = None   # what NVML measured of its GPUs (slurmkit.energy.nvml); None: not measured
+    gpu_why: Optional[str] = None     # why not, where the cluster samples NVML
 
 
 def attempts_from_rows(cluster: str, rows: List[Dict[str, str]]) -> List[Attempt]:
@@ -118,7 +121,8 @@ def attempts_from_rows(cluster: str, rows: List[Dict[str, str]]) -> List[Attempt
                 peak_rss_bytes=None, gpus=_gpus(alloc), gpu_util=None, gpu_mem_bytes=None,
                 energy_j=int(energy) if energy.isdigit() and int(energy) > 0 else None,
                 partition=(row.get("Partition") or "").split(",")[0] or None,
-                start=row.get("Start") if (row.get("Start") or "")[:1].isdigit() else None))
+                start=row.get("Start") if (row.get("Start") or "")[:1].isdigit() else None,
+                nodelist=row.get("NodeList") if row.get("NodeList") not in (None, "", "None assigned") else None))
             continue
         if not attempts:
             continue
@@ -182,15 +186,17 @@ class Report(NamedTuple):
 def energy_of(site, attempts: List[Attempt], gpus: Optional[int]) -> dict:
     """kWh, cost and gCO2e of every attempt, summed; each None when any attempt's is unknown (pure).
 
-    ``source``: ``slurm`` (every attempt measured), ``model`` (none was: the
-    power model), ``slurm+model``, or None.
+    ``source``: ``slurm`` (every attempt measured by Slurm), ``nvml`` (its
+    GPUs by NVML, the rest of the nodes by the power model), ``model`` (none
+    was: the power model), a ``+`` of those where attempts differ, or None.
+    ``nvml_unread``: why NVML's samples were not used where the model stood in.
     """
     from slurmkit.energy.model import used
     from slurmkit.slurm.parsers import slurm_datetime
 
     kwh = cost = gco2 = 0.0
     known = {"kwh": True, "cost": True, "gco2": True}
-    sources, why = set(), []
+    sources, why, nvml_why = set(), [], []
     for a in attempts:
         cluster = site.clusters.get(a.cluster)
         start = slurm_datetime(a.start or "")
@@ -213,9 +219,11 @@ def energy_of(site, attempts: List[Attempt], gpus: Optional[int]) -> dict:
             known = dict.fromkeys(known, False)
             continue
         use, source = used(cluster, partition, a.nodes, n_gpus or 0, start, a.elapsed_s,
-                           a.energy_j / 3.6e6 if a.energy_j is not None else None)
+                           a.energy_j / 3.6e6 if a.energy_j is not None else None, gpu_kwh=a.gpu_kwh)
         if source:
             sources.add(source)
+        if source == "model" and a.gpu_why and a.gpu_why not in nvml_why:
+            nvml_why.append(a.gpu_why)
         why.extend(w for w in use.why if w not in why)
         for key, value in (("kwh", use.kwh), ("cost", use.cost), ("gco2", use.gco2)):
             if value is None:
@@ -225,13 +233,18 @@ def energy_of(site, attempts: List[Attempt], gpus: Optional[int]) -> dict:
         gco2 += use.gco2 or 0.0
     return {"kwh": kwh if known["kwh"] else None, "cost": cost if known["cost"] else None,
             "gco2": gco2 if known["gco2"] else None, "source": "+".join(sorted(sources)) or None,
-            "unknown": why}
+            "unknown": why, "nvml_unread": nvml_why}
 
 
 def _energy_lines(energy: dict, measured_j: Optional[int]) -> List[str]:
     how = {"slurm": "measured by Slurm (ConsumedEnergy) x the site's PUE",
            "model": "from the site's power model, busy the whole time (an upper bound); Slurm measured none",
-           "slurm+model": "measured by Slurm where it did, the power model elsewhere"}
+           "model+slurm": "measured by Slurm where it did, the power model elsewhere",
+           "nvml": "the GPUs measured by NVML at the job's start and end, the rest of each node from the site's "
+                   "power model, x the site's PUE",
+           "model+nvml": "the GPUs measured by NVML where they were, the site's power model elsewhere",
+           "nvml+slurm": "measured by Slurm where it did, the GPUs by NVML and the rest by the power model elsewhere",
+           "model+nvml+slurm": "measured by Slurm, NVML or the site's power model, attempt by attempt"}
     if energy["kwh"] is None:
         line = "energy: unknown (%s)" % ("; ".join(energy["unknown"]) or "not measured and no power model")
         if measured_j is None:
@@ -239,6 +252,8 @@ def _energy_lines(energy: dict, measured_j: Optional[int]) -> List[str]:
         lines = [line]
     else:
         lines = ["energy: %.3f kWh, %s" % (energy["kwh"], how.get(energy["source"], energy["source"]))]
+    if energy.get("nvml_unread"):
+        lines.append("NVML not used: %s" % "; ".join(energy["nvml_unread"]))
     lines.append("cost: %s" % ("%.2f" % energy["cost"] if energy["cost"] is not None else "unknown"))
     lines.append("carbon: %s" % ("%.3f kgCO2e (the site's hourly profile)" % (energy["gco2"] / 1000.0)
                                  if energy["gco2"] is not None else "unknown"))
@@ -313,6 +328,7 @@ def report(ref: str, attempts: List[Attempt], gpus_hint: Optional[int] = None, s
             "energy_j": energy_j, "verdicts": verdicts}
     if energy is not None:
         data.update(energy_kwh=energy["kwh"], energy_source=energy["source"], cost=energy["cost"],
+                    nvml_unread=energy["nvml_unread"],
                     gco2=energy["gco2"], energy_unknown=energy["unknown"])
     return Report(ref, attempts, lines, verdicts, data)
 
@@ -364,7 +380,7 @@ def efficiency(session: "Session", ref: "LogRef", journal_path: Optional[str] = 
             shown, raw = row.get("JobID", "").split(".")[0], row.get("JobIDRaw", "").split(".")[0]
             return shown in wanted or raw in wanted or shown.partition("_")[0] in wanted
         rows = [r for r in rows if asked(r)]
-        attempts.extend(attempts_from_rows(cluster, rows))
+        attempts.extend(with_nvml_energy(session, attempts_from_rows(cluster, rows)))
     tasks = list(dict.fromkeys(a.job_id for a in attempts))
     if ref.task is None and tasks and all("_" in t for t in tasks):   # an array's id: its tasks
         return array_report(str(ref), [[a for a in attempts if a.job_id == t] for t in tasks])
@@ -375,6 +391,42 @@ def efficiency(session: "Session", ref: "LogRef", journal_path: Optional[str] = 
         if hint is None and "gres/gpu" in backend.setting("AccountingStorageTRES"):
             hint = 0      # the cluster counts GPUs and this job had none
     return report(str(ref), attempts, hint, site=session.site)
+
+
+def with_nvml_energy(session: "Session", attempts: List[Attempt]) -> List[Attempt]:
+    """``attempts`` (of one cluster) with what NVML measured of their GPUs, where the cluster's site entry
+    has them sampled (``energy.nvml_samples``): their sample files read in one go, here or on the login
+    node, and each attempt's GPU kWh or why it is not known (:mod:`slurmkit.energy.nvml`)."""
+    from slurmkit.energy import nvml
+    from slurmkit.slurm.hostlist import expand
+    from slurmkit.slurm.parsers import slurm_datetime
+
+    cluster = session.site.clusters.get(attempts[0].cluster) if attempts else None
+    directory = cluster.energy.nvml_samples if cluster is not None else None
+    if not directory:
+        return attempts
+    wanted, paths = [], []
+    runs: Dict[str, int] = {}
+    for a in attempts:
+        attempt = runs[a.job_id] = runs.get(a.job_id, -1) + 1     # Slurm's restart count: sacct -D's order
+        partition = cluster.partitions.get(a.partition or "")
+        if partition is None or partition.accelerator != "nvidia" or not a.elapsed_s:
+            wanted.append(None)
+            continue
+        nodes = expand(a.nodelist) if a.nodelist else []
+        wanted.append((attempt, nodes))
+        paths.extend(nvml.sample_paths(directory, a.job_id, attempt, nodes))
+    texts = session.files(cluster.name).tails(paths, 1 << 16) if paths else {}
+    out = []
+    for a, want in zip(attempts, wanted):
+        if want is None:
+            out.append(a)
+            continue
+        start = slurm_datetime(a.start or "")
+        use = nvml.attempt_energy(texts, directory, a.job_id, want[0], want[1],
+                                  start.timestamp() if start is not None else None, a.elapsed_s)
+        out.append(a._replace(gpu_kwh=use.kwh, gpu_why=use.why))
+    return out
 
 
 def _gpus_from_controller(backend, job_id: str, nodes: int) -> Optional[int]:

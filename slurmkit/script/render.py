@@ -269,6 +269,7 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         "nproc_per_node": workers,
         "rdzv_ports": (lo, hi),
         "container": container,
+        "nvml": _nvml_sampling(cluster, partition, gpus),
     }
     script = _checked_script(site, template_name, context, spec, user_exports, constraint)
     warnings.extend(user_sets.warnings)
@@ -277,6 +278,17 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
                        switch_wait=wait, output=spec.output or output_file_name(name), name=name,
                        constraint=constraint, image=container.location if container else None,
                        runtime=container.runtime if container else None)
+
+
+def _nvml_sampling(cluster: Cluster, partition: Partition, gpus: int) -> Optional[dict]:
+    """Where the job writes its GPUs' NVML energy counters and with which Python (the nodes' Python the
+    site names for the API's calls, else python3 on the nodes' PATH); None where nothing is sampled: a
+    partition without NVIDIA GPUs, a job without GPUs, or a cluster whose site entry sets no
+    energy.nvml_samples."""
+    if partition.accelerator != "nvidia" or not gpus or not cluster.energy.nvml_samples:
+        return None
+    return {"dir": Trusted(shell_quote(cluster.energy.nvml_samples.rstrip("/") or "/")),
+            "python": Trusted(shell_quote(cluster.python or "python3"))}
 
 
 def _check_request(spec: JobSpec) -> None:

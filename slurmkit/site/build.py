@@ -142,7 +142,8 @@ def _build_energy(value):
         carbon_forecast_location=value.get("carbon_forecast_location"),
         carbon_forecast_command=tuple(value.get("carbon_forecast_command") or ()),
         carbon_forecast_timeout=float(value.get("carbon_forecast_timeout") or 10.0),
-        gpu_freq=dict(value.get("gpu_freq") or {}))
+        gpu_freq=dict(value.get("gpu_freq") or {}),
+        nvml_samples=value.get("nvml_samples"))
 
 
 def _build_power(value):

@@ -236,6 +236,8 @@ class EnergySettings(NamedTuple):
     carbon_forecast_timeout: float = 10.0            # seconds that command may take
     gpu_freq: Dict[str, str] = {}                    # --prefer cheap|green -> sbatch --gpu-freq (shared default:
                                                      # never mutated)
+    nvml_samples: Optional[str] = None               # a directory the nodes and slurmkit share: each job's NVML
+                                                     # energy counters, read at its start and end; None: not read
 
 
 class LoginNode(NamedTuple):

@@ -297,6 +297,11 @@ ENERGY = {
                             "doc": "low, medium, high, highm1 or MHz, optionally ,memory=VALUE (sbatch's grammar)"}
                      for pref in ("cheap", "green")},
         },
+        "nvml_samples": {"type": "str", "checker": check_mount_path,
+                         "doc": "a directory every node and slurmkit's side of the cluster share (on the login node for a "
+                                "cluster reached over SSH; the jobs' users may write it, like /tmp): jobs on NVIDIA "
+                                "partitions write their GPUs' NVML energy counters there at their start and end (one "
+                                "short srun step each), and slurmkit eff reads them; absent: not sampled"},
         "carbon_forecast_location": {"type": "str", "checker": check_non_empty,
                                      "doc": "the location whose points are used when the forecast holds several"},
     },

@@ -171,7 +171,7 @@ def squeue_output_patterns(job_id: str) -> List[str]:
 # AccountingStorageTRES counts it, and gres/gpuutil, gres/gpumem where it collects them (23.02+).
 SACCT_USAGE_FIELDS = ("JobID", "JobIDRaw", "State", "ElapsedRaw", "TimelimitRaw", "NCPUS", "NNodes", "AllocTRES",
                       "TotalCPU", "MaxRSS", "TRESUsageInAve", "TRESUsageInMax", "ConsumedEnergyRaw", "Start", "End",
-                      "Partition")
+                      "Partition", "NodeList")
 
 
 def sacct_usage(job_ids: Iterable[str]) -> List[str]:

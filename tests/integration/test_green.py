@@ -53,12 +53,14 @@ def dirty_then_clean(dirty_hours, dirty, clean):
 def green(tmp_path):
     """green(energy by cluster[, time zone by cluster]) -> run(*args): slurmkit with a copy of local.yaml holding
     those energy settings."""
-    def make(energy, timezones=None):
+    def make(energy, timezones=None, python=None):
         site = _absolute(yaml.safe_load(LOCAL.read_text()))
         site = {k: v for k, v in site.items() if not k.startswith("x-")}
         for name, cluster in site["clusters"].items():
             if name in energy:
                 cluster["energy"] = energy[name]
+                if python:
+                    cluster["python"] = python
             if name in (timezones or {}):
                 cluster["timezone"] = timezones[name]
             for part in cluster["partitions"].values():
@@ -189,6 +191,55 @@ def test_eff_of_a_finished_job_takes_its_energy_from_the_power_model(devcluster,
     assert data["gpus"] == 1 and data["energy_kwh"] == pytest.approx(kwh)
     gpu_hours = data["elapsed_s"] / 3600.0                                     # alpha: 4.0 a GPU-hour as well
     assert data["gco2"] == pytest.approx(kwh * 250) and data["cost"] == pytest.approx(kwh * 0.3 + gpu_hours * 4.0)
+
+
+FAKE_NVML = ROOT / "tests" / "integration" / "fakes" / "nvml"
+
+
+def test_eff_takes_the_gpus_energy_from_the_nvml_samples_each_node_wrote(devcluster, green, tmp_path, request):
+    """Two jobs on two nodes with two GPUs each, their counters sampled by the job script (energy.nvml_samples):
+    one reads the FAKE pynvml (250 W a board, eight boards a node: only the two Slurm gave the job count), the
+    other the real pynvml of the test's Python, which finds no NVIDIA driver here and says so."""
+    samples = tmp_path / "nvml"
+    run = green({"alpha": {"pue": 1.2, "carbon_intensity": flat(250), "nvml_samples": str(samples)}},
+                python=sys.executable)
+    shape = ["--cluster", "alpha", "--json", "-N", "2", "--gpus-per-node", "2", "-T", "srun", "--procs-per-node", "1",
+             "-t", "2"]
+    fake = json.loads(run("submit", *shape, "--env", "PYTHONPATH=%s" % FAKE_NVML, "--env",
+                          "SLURMKIT_FAKE_NVML_GPUS=8", "--", "sleep", "6").stdout)["job_id"]
+    real = json.loads(run("submit", *shape, "--", "true").stdout)["job_id"]
+    for job in (fake, real):
+        cancel_later(request, "alpha", job)
+    for job in (fake, real):
+        wait_job_state("alpha", job, {"COMPLETED"}, timeout=120)
+    written = sorted(p.name for p in (samples / fake / "0").iterdir())
+    assert len(written) == 4 and all(n.endswith((".start.json", ".end.json")) for n in written), written
+    starts = [json.loads((samples / fake / "0" / n).read_text()) for n in written if n.endswith(".start.json")]
+    assert all(s["error"] is None and len(s["job_gpus"].split(",")) == 2 for s in starts), starts
+
+    def accounted(job):
+        def ready():
+            proc = run("eff", "--json", "alpha:" + job, check=False)
+            data = json.loads(proc.stdout) if proc.returncode == 0 else None
+            whole = data and data["state"] == "COMPLETED" and all(a["partition"] and a["nodelist"]
+                                                                  for a in data["attempts"])
+            return data if whole else None
+        return wait_until(ready, 30, what="accounting to hold job %s" % job)
+
+    data = accounted(fake)
+    gpu_kwh = data["attempts"][0]["gpu_kwh"]
+    # 2 nodes x 2 GPUs x 250 W for at least the 6 s of sleep, and no longer than the job ran
+    low, high = 4 * 250 * 6 / 3.6e6, 4 * 250 * (data["elapsed_s"] + 1) / 3.6e6
+    assert data["energy_source"] == "nvml" and low <= gpu_kwh <= high, json.dumps(data)
+    node_kwh = 2 * POWER["node_busy_watts"] * data["elapsed_s"] / 3.6e6
+    assert data["energy_kwh"] == pytest.approx((gpu_kwh + node_kwh) * 1.2)
+    assert data["gco2"] == pytest.approx(data["energy_kwh"] * 250)
+    text = run("eff", "alpha:" + fake).stdout
+    assert "the GPUs measured by NVML at the job's start and end" in text, text
+
+    data = accounted(real)
+    assert data["energy_source"] == "model", json.dumps(data)
+    assert any(w.startswith("NVML on an") and "NVML" in w.split(":", 1)[1] for w in data["nvml_unread"]), data
 
 
 def forecast_points(value, hours, start=None):

@@ -19,7 +19,7 @@ def site(energy=ENERGY, gpu_price=()):
 
 def attempts(*job_rows):
     """Job rows: (elapsed s, AllocTRES, ConsumedEnergyRaw, Start, Partition)."""
-    lines = ["%d|%d|COMPLETED|%d|120|8|1|%s|||||%s|%s|x|%s" % (131 + i, 131 + i, elapsed, tres, joules, start, part)
+    lines = ["%d|%d|COMPLETED|%d|120|8|1|%s|||||%s|%s|x|%s|an1" % (131 + i, 131 + i, elapsed, tres, joules, start, part)
              for i, (elapsed, tres, joules, start, part) in enumerate(job_rows)]
     rows = parsers.parse_sacct_records("\n".join(lines), commands.SACCT_USAGE_FIELDS)
     return eff.attempts_from_rows("alpha", rows)

@@ -221,10 +221,10 @@ def test_eff_sums_every_run_of_a_requeued_job_and_keeps_what_is_not_recorded_unk
     from slurmkit.observe import eff
 
     rows = _rows(
-        "131|131|NODE_FAIL|600|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|40:00.000||||0|x|y|gpu",
-        "131.batch|131.batch|CANCELLED|600||4|1|cpu=4,mem=32G,node=1|00:10.000|1024K|||0|x|y|",
-        "131|131|COMPLETED|3000|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|1-00:00:00||||0|x|y|gpu",
-        "131.0|131.0|COMPLETED|3000||8|2|cpu=8,mem=64G,node=2|23:59:59.500|2G|gres/gpuutil=35|gres/gpumem=10G|0|x|y|")
+        "131|131|NODE_FAIL|600|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|40:00.000||||0|x|y|gpu|an[1-2]",
+        "131.batch|131.batch|CANCELLED|600||4|1|cpu=4,mem=32G,node=1|00:10.000|1024K|||0|x|y||an1",
+        "131|131|COMPLETED|3000|120|8|2|billing=8,cpu=8,gres/gpu=16,mem=64G,node=2|1-00:00:00||||0|x|y|gpu|an[1-2]",
+        "131.0|131.0|COMPLETED|3000||8|2|cpu=8,mem=64G,node=2|23:59:59.500|2G|gres/gpuutil=35|gres/gpumem=10G|0|x|y||an1")
     attempts = eff.attempts_from_rows("alpha", rows)
     assert [a.state for a in attempts] == ["NODE_FAIL", "COMPLETED"]
     assert attempts[1].peak_rss_bytes == 2 << 30 and attempts[1].gpu_util == 35.0
@@ -372,8 +372,8 @@ def test_a_job_over_its_memory_is_told_what_to_ask_for():
     from slurmkit.observe import eff
 
     rows = _rows(
-        "781|781|FAILED|1|2|1|1|billing=1,cpu=1,mem=200M,node=1|00:00.500||||0|x|y|gpu",
-        "781.batch|781.batch|CANCELLED by 0|1||1|1|cpu=1,mem=200M,node=1|00:00.500|629332K|||0|x|y|")
+        "781|781|FAILED|1|2|1|1|billing=1,cpu=1,mem=200M,node=1|00:00.500||||0|x|y|gpu|an[1-2]",
+        "781.batch|781.batch|CANCELLED by 0|1||1|1|cpu=1,mem=200M,node=1|00:00.500|629332K|||0|x|y||an1")
     attempt = eff.attempts_from_rows("alpha", rows)[0]
     assert eff.over_memory(attempt) and eff.mem_per_node(attempt) == 200 << 20
     result = eff.report("alpha:781", [attempt])
