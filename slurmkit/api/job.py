@@ -254,19 +254,35 @@ class Job:
         return self._daemon_done(*followed)
 
     def wait(self, timeout: Optional[float] = None, clock=time) -> None:
-        """Until the job ends: polls back off from 0.5 s to 5 s (:class:`StateWatcher` keeps it one
-        query per cluster for all of the process's jobs); :class:`~slurmkit.errors.WaitTimeoutError`
-        after ``timeout`` seconds."""
+        """Until the job ends: Slurm is asked on a schedule backing off from 0.5 s to 5 s
+        (:class:`StateWatcher` keeps it one query per cluster for all of the process's jobs), and in
+        between the call's outcome is looked for, every 0.2 s at first and at most every 1 s later: a
+        call's result is final once its outcome is there, and a file read (on the login node for a
+        cluster reached over SSH) costs slurmctld nothing, so a short call's end is seen within a
+        fraction of a second, not a whole backed-off poll later.  A job under the requeue daemon waits
+        for Slurm and the daemon alone (an outcome may precede a restart's).
+        :class:`~slurmkit.errors.WaitTimeoutError` after ``timeout`` seconds."""
         from slurmkit.errors import WaitTimeoutError
 
-        deadline = None if timeout is None else clock.monotonic() + timeout
-        delay = 0.5
-        while not self.done():
-            if deadline is not None and clock.monotonic() + delay > deadline:
+        began = clock.monotonic()
+        deadline = None if timeout is None else began + timeout
+        slurm_due, slurm_delay = began, 0.5
+        peek = self._record.get("requeue") is None
+        tasks = [self._task] if self._task is not None else range(self.num_tasks)
+        while True:
+            now = clock.monotonic()
+            if peek and all(self._outcome(task) is not None for task in tasks):
+                return
+            if now >= slurm_due:
+                if self.done():
+                    return
+                slurm_due, slurm_delay = now + slurm_delay, min(slurm_delay * 1.5, 5.0)
+            delay = min(max(0.2, 0.1 * (now - began)), 1.0, max(0.0, slurm_due - now)) if peek else slurm_due - now
+            delay = max(delay, 0.05)
+            if deadline is not None and now + delay > deadline:
                 raise WaitTimeoutError("job %s is still %s after %ss" % (self.job_id, self.state, timeout),
                                        job=self._info())
             clock.sleep(delay)
-            delay = min(delay * 1.5, 5.0)
 
     def cancel(self, check: bool = True) -> None:
         """scancel the job; ``check``: a refusal raises (a job that already ended is no refusal).  A job under the

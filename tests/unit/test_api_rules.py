@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slurmkit.api import params, payload
-from slurmkit.errors import UsageError
+from slurmkit.errors import UsageError, WaitTimeoutError
 
 
 # ---------------------------------------------------------------------------
@@ -386,3 +386,34 @@ def test_a_batch_carries_each_calls_own_function_and_a_checkpointable_one_is_che
     assert ex._shape(None, [len, pow])[0].signal is None
     with pytest.raises(UsageError, match="is not callable"):
         ex._shape(None, [len, 3])
+
+
+def test_a_calls_end_is_seen_by_its_outcome_within_a_fraction_of_a_second_at_slurms_old_query_rate(tmp_path):
+    """wait() looks for the call's outcome (a file read: nothing of slurmctld) between Slurm's queries, which keep
+    their back-off: a call that left its outcome while Slurm still says RUNNING is over 0.2 s later, and a
+    minute of waiting on one that runs on costs what it did (about one query every 5 s once backed off)."""
+    from slurmkit.api import AutoExecutor
+    from slurmkit.testing import FakeClock, FakeSlurm, fake_session
+
+    clock = FakeClock()
+    alpha = FakeSlurm("alpha", clock=clock)
+    ex = AutoExecutor(tmp_path / "jobs", site=fake_session(alpha=alpha), python=sys.executable)
+    ex._watcher.clock = clock
+    quick, slow = ex.submit(pow, 2, 5), ex.submit(pow, 3, 3)
+    for job in (quick, slow):
+        alpha.set_state(job.job_id.split(":")[1], "RUNNING", nodes="an1")
+    files = quick._record["files"]
+    proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, files["call"], files["result"]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    asked = len(alpha.calls)
+    began = clock.monotonic()
+    quick.wait(clock=clock)
+    assert clock.monotonic() - began <= 0.2 and quick.result() == 32
+    assert len(alpha.calls) - asked <= 1 and quick.state == "RUNNING"      # Slurm has not said so yet
+    asked = len(alpha.calls)
+    with pytest.raises(WaitTimeoutError):
+        slow.wait(timeout=60, clock=clock)
+    queries = [c for c in alpha.calls[asked:] if c.method == "jobs_by_id"]
+    # The old schedule: 0.5, 0.75, 1.1, 1.7, 2.5, 3.8, 5, 5 ... s apart: 15 in a minute.
+    assert 10 <= len(queries) <= 16, len(queries)
