@@ -348,7 +348,7 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
     considered = win.windows(site, spec, candidates, deadline, now, carbon)
     order = win.choose(considered, prefer, deadline)
     # In a dry run too: --explain shows the window the job would really get.
-    considered, order = _confirmed(session, spec, considered, order, prefer, deadline, carbon)
+    considered, order = confirmed_windows(session, spec, considered, order, prefer, deadline, carbon)
     base = Placement(None, tuple(candidates), windows=tuple(considered), chosen=order[0] if order else None,
                      prefer=prefer, warnings=warnings)
     if dry_run:
@@ -367,9 +367,11 @@ def _plan_and_submit(session, spec, clusters, partition, accel, cooldown, clock,
 CONFIRM_TRIES = 8
 
 
-def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
+def confirmed_windows(session, spec, considered, order, prefer, deadline, carbon, at_once: int = 1):
     """(windows, choice) once the chosen window, if it is a later one, is where Slurm would really start
-    the job held until then (``sbatch --test-only`` with ``--begin``); see :mod:`slurmkit.federation.windows`."""
+    the job held until then (``sbatch --test-only`` with ``--begin``); see :mod:`slurmkit.federation.windows`.
+    A sweep's windows (``at_once`` copies of ``spec`` at a time) are checked with one copy's estimate and
+    all of them against the partition's queue."""
     from datetime import timedelta
 
     from slurmkit.federation import windows as win
@@ -389,7 +391,7 @@ def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
             place = (best.cluster, best.candidate.partition)
             if place not in held:
                 held[place] = _queued_jobs(session.backend(best.cluster), best.candidate.partition)
-            start = _after_queued(held[place], spec.nodes, best.start, best.end)
+            start = _after_queued(held[place], spec.nodes * at_once, best.start, best.end)
             if start is None:
                 break
         # Held until any time between the window and that start, the job would start then too: those
@@ -397,7 +399,7 @@ def _confirmed(session, spec, considered, order, prefer, deadline, carbon):
         place = (best.cluster, best.candidate.partition)
         considered = [w for w in considered
                       if (w.cluster, w.candidate.partition) != place or not best.start <= w.start < start]
-        considered.append(win.moved(session.site, spec, best, start, deadline, carbon))
+        considered.append(win.moved(session.site, spec, best, start, deadline, carbon, at_once))
         order = win.choose(considered, prefer, deadline)
     return considered, order
 

@@ -19,7 +19,7 @@ estimate (``sbatch --test-only``); here, pure:
   (``sbatch --test-only --begin``) when the job would start held until
   then; where that is later (nodes busy then: a job running through it, a
   reservation), the window moves to that start and the choice is made again
-  (:func:`moved`; the planner's ``_confirmed``).  Slurm's estimate does not
+  (:func:`moved`; the planner's ``confirmed_windows``).  Slurm's estimate does not
   count jobs held or queued for later, so the partition's queue (squeue, by
   whole nodes) is read too: jobs this planner held for the same clean hour
   would otherwise queue behind each other (``make bench-green``).
@@ -130,14 +130,15 @@ def windows(site: Site, spec, candidates: Sequence, deadline: Optional[datetime]
 
 
 def moved(site: Site, spec, window: Window, start: datetime, deadline: Optional[datetime],
-          carbon: Dict[str, CarbonSource]) -> Window:
+          carbon: Dict[str, CarbonSource], at_once: int = 1) -> Window:
     """``window`` starting at ``start`` instead (where Slurm says the job would really start), its use
-    and whether it meets the deadline worked out again (one job's window: a sweep's waves are not moved)."""
+    and whether it meets the deadline worked out again (a sweep's: ``at_once`` copies of the job, for as
+    many rounds as the window already lasts)."""
     cluster = site.clusters[window.cluster]
     part = cluster.partitions[window.candidate.partition]
     gpus = part.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
     seconds = (window.end - window.start).total_seconds()
-    use = expected(cluster, part, spec.nodes, gpus, start, seconds, carbon.get(window.cluster))
+    use = expected(cluster, part, spec.nodes * at_once, gpus, start, seconds, carbon.get(window.cluster))
     end = start + timedelta(seconds=seconds)
     return window._replace(start=start, end=end, use=use, meets=deadline is None or end <= deadline)
 

@@ -448,7 +448,7 @@ def _place_in_time(session, spec: JobSpec, count: int, candidates, max_running: 
     """The whole sweep in the best window of --prefer under --deadline: its points run ``max_running`` at a time
     (all at once without it), so it lasts ceil(points / that) time limits from the window's start and draws
     that many jobs' power; a later window holds its arrays with --begin."""
-    from slurmkit.federation import windows as win
+    from slurmkit.federation import planner, windows as win
 
     at_once = min(count, max_running or count)
     waves = -(-count // at_once)
@@ -458,7 +458,12 @@ def _place_in_time(session, spec: JobSpec, count: int, candidates, max_running: 
     warnings = warnings + [source.warning for source in carbon.values() if source.warning]
     considered = win.windows(site, spec, candidates, deadline, now, carbon, at_once=at_once, waves=waves)
     try:
-        best = win.choose(considered, prefer, deadline)[0]
+        order = win.choose(considered, prefer, deadline)
+        # A later window only where Slurm would really start the sweep then (as for one job: held jobs and
+        # the queue move it on), its first round of points on the partition's free nodes.
+        considered, order = planner.confirmed_windows(session, spec, considered, order, prefer, deadline, carbon,
+                                                      at_once)
+        best = order[0]
     except win.DeadlineError as exc:
         raise win.DeadlineError("the sweep (%d point(s), %d at a time: %d round(s) of its time limit): %s"
                                 % (count, at_once, waves, exc)) from None

@@ -392,6 +392,26 @@ def test_a_clean_hour_that_held_jobs_fill_is_not_chosen(devcluster, green, reque
     assert first_clean.strftime("%Y-%m-%dT%H:%M:%S") in estimate, estimate
 
 
+def test_a_sweeps_clean_hour_that_held_jobs_fill_is_not_chosen(devcluster, green, request, tmp_path):
+    """As for one job: a sweep placed by --prefer green is not held for a clean hour a held job of all alpha's
+    nodes takes (Slurm's --test-only would say it is free), but for the hour after it."""
+    from datetime import timedelta
+
+    first_clean = datetime.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=2)
+    held = slurm("alpha", "sbatch", "--parsable", "-N", "4", "--exclusive", "-p", "gpu", "-t", "60", "--begin",
+                 first_clean.strftime("%Y-%m-%dT%H:%M:%S"), "-o", "/dev/null", "--wrap", "true").stdout.strip()
+    cancel_later(request, "alpha", held)
+    run = green({"alpha": {"carbon_intensity": dirty_then_clean(2, 700, 40)}})
+    proc = run("submit", "--sweep", "lr=1,2", "--sweep-dir", str(tmp_path / "sweep"), "--cluster", "alpha",
+               "--prefer", "green", "--deadline", "+6h", "--json", *ONE_GPU, "-t", "60", "--", "echo", "lr={lr}")
+    (array,) = json.loads(proc.stdout)["submitted"]
+    cancel_later(request, "alpha", array["job_id"])
+    (line,) = [ln for ln in proc.stderr.splitlines() if "sweep placed by --prefer green" in ln]
+    begin = datetime.fromisoformat(line.split("held by --begin until ")[1].split(",")[0])
+    assert begin == first_clean + timedelta(hours=1), line
+    assert job_info("alpha", array["job_id"])["StartTime"] == begin.strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def test_the_python_api_places_a_call_by_prefer_and_deadline(devcluster, green, request, tmp_path):
     """The executor's prefer= and deadline= are submit's --prefer and --deadline: among three clusters the
     cleanest takes the call, and on one cluster a later, cleaner hour holds it with --begin until then."""
