@@ -1,4 +1,4 @@
-"""The entry point's fast path: ``status``, ``logs`` and ``why`` in their plain forms, without click.
+"""The entry point's fast path: ``status``, ``logs``, ``why`` and ``eff`` in their plain forms, without click.
 
 Why it exists: these commands are typed dozens of times a day, and importing
 click and building the command tree costs about 40 ms, more than the lookup
@@ -51,6 +51,8 @@ COMMANDS = {
              {"journal_path": "SLURMKIT_JOURNAL"}, "job_id", False),
     "why": (dict(_SITE, **{"--here": ("here", _FLAG), "--journal": ("journal", _as_given),
                            "--json": ("as_json", _FLAG)}),
+            {"journal": "SLURMKIT_JOURNAL"}, "job_id", False),
+    "eff": (dict(_SITE, **{"--journal": ("journal", _as_given), "--json": ("as_json", _FLAG)}),
             {"journal": "SLURMKIT_JOURNAL"}, "job_id", False),
 }
 

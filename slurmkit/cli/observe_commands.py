@@ -4,7 +4,7 @@ options, calls ``slurmkit.observe``, prints."""
 import click
 
 from slurmkit.cli import views
-from slurmkit.cli.options import CONTEXT, json_option, log_options, pass_session, print_json, site_option
+from slurmkit.cli.options import CONTEXT, json_option, log_options, pass_session, site_option
 
 
 @click.command(context_settings=CONTEXT)
@@ -71,16 +71,4 @@ def eff(session, journal, as_json, job_id):
       slurmkit eff alpha:1234
       slurmkit eff --json beta:48213
     """
-    from slurmkit.observe import eff as library
-    from slurmkit.observe import logs as logs_library
-
-    ref = logs_library.parse_log_ref(job_id, session)
-    result = library.efficiency(session, ref, journal_path=journal)
-    if as_json:
-        print_json(result.data)
-        return 0
-    for line in result.lines:
-        click.echo(line)
-    for verdict in result.verdicts:
-        click.echo("verdict: %s" % verdict)
-    return 0
+    return views.eff(session, journal, as_json, job_id)

@@ -132,3 +132,20 @@ def why(session, here, journal, as_json, job_id):
         for line in answer.lines:
             echo(line)
     return 0
+
+
+def eff(session, journal, as_json, job_id):
+    """``eff``'s body: print what the job used against what it asked for, and the verdicts."""
+    from slurmkit.observe import eff as library
+    from slurmkit.observe import logs as logs_library
+
+    ref = logs_library.parse_log_ref(job_id, session)
+    result = library.efficiency(session, ref, journal_path=journal)
+    if as_json:
+        print_json(result.data)
+        return 0
+    for line in result.lines:
+        echo(line)
+    for verdict in result.verdicts:
+        echo("verdict: %s" % verdict)
+    return 0

@@ -381,7 +381,8 @@ def test_help_imports_no_heavy_module(argv, tmp_path):
     assert _loaded_after(argv, env) == [0, []]
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["logs", "-h"], ["why", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["logs", "-h"], ["why", "--help"],
+                                  ["eff", "--help"]])
 def test_a_kept_help_imports_no_click(argv, tmp_path):
     """The fast path's help: click renders it the first time; then it is read back, without click, the
     command modules or typing (re cannot be asked here: the probe's own json imports it)."""
@@ -391,9 +392,9 @@ def test_a_kept_help_imports_no_click(argv, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["status", "hopper:1"], ["logs", "-n", "20", "hopper:1"],
-                                  ["why", "--here", "hopper:1"]])
+                                  ["why", "--here", "hopper:1"], ["eff", "hopper:1"]])
 def test_a_lookup_imports_no_heavy_module(argv, tmp_path):
-    """status, logs and why, once the site file's parse is cached, load neither YAML nor Jinja2 nor the
+    """status, logs, why and eff, once the site file's parse is cached, load neither YAML nor Jinja2 nor the
     renderer nor pyslurm, nor click (the entry point's fast path serves them: slurmkit/cli/fast.py).
     The cluster's slurm.conf is missing, so each stops with one error line where it would first run a
     Slurm command: everything it imports to get there is loaded by then."""

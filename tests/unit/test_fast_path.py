@@ -27,6 +27,8 @@ SERVED = [
     ["logs", "--site", IB, "12"],
     ["why", "--here", "alpha:12"],
     ["why", "--json", "--journal=j.db", "alpha:12", "--site", IB],
+    ["eff", "alpha:12"],
+    ["eff", "--json", "--journal", "j.db", "--site=" + IB, "12_3"],
 ]
 
 LEFT_TO_CLICK = [
@@ -35,7 +37,8 @@ LEFT_TO_CLICK = [
     ["status", "-u", ""], ["status", "-u", " ada"], ["status", "-u"], ["status", "--site"], ["status", "--json=1"],
     ["status", "-uada"], ["logs"], ["logs", "1", "2"], ["logs", "-n", "x", "1"], ["logs", "-n", "-1", "1"],
     ["logs", "--attempt", "0", "1"], ["logs", "-n", " 2", "1"], ["logs", "-fn", "2", "1"], ["why"],
-    ["why", "--here", "--", "1"], ["status", "--site", "--json"],
+    ["why", "--here", "--", "1"], ["status", "--site", "--json"], ["eff"], ["eff", "1", "2"], ["eff", "--here", "1"],
+    ["eff", "--json=yes", "1"],
 ]
 
 
@@ -59,7 +62,7 @@ def test_the_fast_path_hands_the_body_what_click_would(argv, monkeypatch):
 def test_environment_defaults_are_clicks(monkeypatch):
     monkeypatch.setenv("SLURMKIT_SITE", IB)
     monkeypatch.setenv("SLURMKIT_JOURNAL", "/tmp/j.db")
-    for argv in (["logs", "1"], ["why", "1"], ["status"], ["status", "--site", "other"]):
+    for argv in (["logs", "1"], ["why", "1"], ["eff", "1"], ["status"], ["status", "--site", "other"]):
         assert fast.parse(argv)[1] == click_params(argv)
 
 
@@ -110,6 +113,8 @@ def _run(capsys, argv, fast_path):
     ["status", "--site", IB, "hopper:1"],            # the cluster's Slurm is not here: exit 1
     ["logs", "--site", IB, "-n", "2", "hopper:1"],
     ["why", "--site", IB, "--here", "hopper:1"],
+    ["eff", "--site", IB, "hopper:x"],
+    ["eff", "--site", IB, "hopper:1"],
     ["status"],                                      # no site: the sites there are
 ])
 def test_the_fast_path_prints_and_exits_as_click_does(argv, capsys, monkeypatch, tmp_path):
@@ -128,7 +133,7 @@ def test_the_fast_path_prints_and_exits_as_click_does(argv, capsys, monkeypatch,
     assert code in (1, 2) and out == "" and err.startswith("Error: ") and err.count("\n") == 1, served
 
 
-HELPS = [["--help"], ["-h"], ["status", "--help"], ["logs", "-h"], ["why", "--help"]]
+HELPS = [["--help"], ["-h"], ["status", "--help"], ["logs", "-h"], ["why", "--help"], ["eff", "--help"]]
 
 
 @pytest.mark.parametrize("argv", HELPS)
