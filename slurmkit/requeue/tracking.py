@@ -9,7 +9,7 @@ resume from, the nodes to avoid.
 """
 
 import os
-from typing import Optional, Sequence, Tuple
+from typing import Collection, Optional, Sequence, Tuple
 
 from slurmkit.errors import UsageError
 from slurmkit.requeue.journal import Attempt, Journal, Tracked
@@ -41,15 +41,24 @@ def spec_from_plain(data: dict):
     return JobSpec(**{k: v for k, v in values.items() if k in known})
 
 
-def attempt_spec(tracked: Tracked, attempt: Attempt, partition_nodes: Optional[int] = None):
+def attempt_spec(tracked: Tracked, attempt: Attempt, partition_nodes: Optional[int] = None,
+                 cluster_nodes: Optional[Collection[str]] = None):
     """The job spec of one attempt: the tracked spec plus attempt, checkpoint and exclusions.
 
     Excluded nodes accumulate over failures; with ``partition_nodes`` known,
     only the most recent ones are kept that still leave the job room to run
     (a job must never become impossible because every node once failed).
+    With ``cluster_nodes`` (the nodes of the cluster the attempt goes to, when
+    the job has run or goes elsewhere than where it was submitted), only the
+    excluded nodes that cluster has are kept: node names are a cluster's own,
+    and Slurm refuses a job excluding a node it does not know ("Invalid node
+    name specified").
     """
     spec = spec_from_plain(tracked.spec)
-    excluded = [n for n in tracked.excluded if n not in spec.exclude]
+    if cluster_nodes is not None:
+        spec = spec._replace(exclude=tuple(n for n in spec.exclude if n in cluster_nodes))
+    excluded = [n for n in tracked.excluded if n not in spec.exclude
+                and (cluster_nodes is None or n in cluster_nodes)]
     if partition_nodes is not None:
         room = max(0, partition_nodes - spec.nodes - len(spec.exclude))
         # The newest `room` of them (all when fewer: a negative start would keep only the last).
@@ -69,7 +78,11 @@ def submit_attempt(session_for, tracked: Tracked, attempt: Attempt, cluster: str
     session = session_for(tracked.site)
     partition = tracked.partition if cluster == tracked.cluster else None
     part = session.site.partition(session.site.cluster(cluster), partition)
-    submission = jobs.submit(session, attempt_spec(tracked, attempt, part.max_nodes), cluster, partition)
+    known = None
+    if cluster != tracked.cluster or any(a.cluster != cluster for a in tracked.attempts):
+        # The exclusions may name another cluster's nodes: one query for this one's (a move is rare).
+        known = {node.name for node in session.backend(cluster).nodes()}
+    submission = jobs.submit(session, attempt_spec(tracked, attempt, part.max_nodes, known), cluster, partition)
     return submission.ref.cluster, submission.ref.job_id
 
 

@@ -47,3 +47,30 @@ def test_the_first_attempt_keeps_the_users_begin_and_dependency_and_a_restart_st
     assert (first.begin, first.dependency) == ("now+2hours", "afterok:1234")
     restart = attempt_spec(tracked, _attempt(number=2))
     assert (restart.begin, restart.dependency) == (None, None)
+
+
+def test_on_another_cluster_only_the_exclusions_naming_its_own_nodes_are_kept():
+    # beta refuses a job excluding alpha's an1 ("Invalid node name specified"): a move must not carry it.
+    tracked = _tracked(["an1", "bn2"], exclude=["an4"])
+    spec = attempt_spec(tracked, _attempt(), 2, cluster_nodes={"bn1", "bn2"})
+    assert spec.exclude == ("bn2",)
+    assert attempt_spec(tracked, _attempt(), 8, cluster_nodes={"an1", "an2", "an4"}).exclude == ("an4", "an1")
+
+
+def test_a_restart_moved_to_another_cluster_is_submitted_there_without_the_first_clusters_nodes(tmp_path):
+    """The daemon's own submit_attempt, on FakeSlurm: after a NODE_FAIL on alpha's an1 the restart goes to beta
+    (alpha unreachable) with no --exclude of alpha's names, and back on alpha it avoids an1 again."""
+    from slurmkit.requeue import tracking
+    from slurmkit.testing import FakeSlurm, fake_session
+
+    alpha, beta = FakeSlurm("alpha", nodes=["an1", "an2", "an3"]), FakeSlurm("beta", nodes=["bn1", "bn2"])
+    session = fake_session(alpha=alpha, beta=beta)
+    tracked = _tracked(["an1"])
+    tracked.partition = "gpu"                       # the fake site's
+    tracked.attempts.append(Attempt(id=6, tracked_id=1, number=1, token="tok1", cluster="alpha", job_id="5",
+                                    phase="ended", resume_from=None, resume_step=None))
+    where, job = tracking.submit_attempt(lambda site: session, tracked, _attempt(), "beta")
+    assert where == "beta" and "--exclude" not in beta.table[job].script
+    tracked.attempts.append(_attempt())
+    where, job = tracking.submit_attempt(lambda site: session, tracked, _attempt(number=3), "alpha")
+    assert "#SBATCH --exclude=an1\n" in alpha.table[job].script
