@@ -69,7 +69,9 @@ elif daemon_dir:
         resumed = chosen
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 # For JobEnvironment().paths inside the call (and any process it starts).
-os.environ["SLURMKIT_JOB"] = json.dumps({"cluster": given.get("cluster", ""), "folder": os.path.dirname(call_path),
+# The cluster it runs on: the requeue daemon's export where a restart may have moved it, else the executor's.
+os.environ["SLURMKIT_JOB"] = json.dumps({"cluster": os.environ.get("SLURMKIT_CLUSTER") or given.get("cluster", ""),
+                                         "folder": os.path.dirname(call_path),
                                          "call": call_path, "result": result_path,
                                          "log": given.get("log", "").replace("%a", index),
                                          "checkpoint": checkpoint_path})

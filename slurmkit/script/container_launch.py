@@ -33,8 +33,8 @@ class ContainerLaunch(NamedTuple):
 # Launchers that start tasks from the host (the batch script's side), never from inside an image.
 _HOST_LAUNCHERS = ("srun", "salloc", "sbatch", "mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun")
 _RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "SLURMKIT_NODE_ADDRS")
-_REQUEUE_VARIABLES = ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_STEP_DIR", "SLURMKIT_HEARTBEAT",
-                      "PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE")
+_REQUEUE_VARIABLES = ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_CLUSTER", "SLURMKIT_STEP_DIR",
+                      "SLURMKIT_HEARTBEAT", "PET_SIGNALS_TO_HANDLE", "TORCHELASTIC_SIGNALS_TO_HANDLE")
 
 # Runs first in the image, before the task (as `bash -c "$slurmkit_in_image" slurmkit-in-image IMAGE
 # HOST_ROOT HOST_NET WORKDIR [DIR...] -- TASK...`): the task must really be in the image (its root is

@@ -243,7 +243,8 @@ def render(site: Site, cluster: Cluster, partition: Partition, spec: JobSpec,
         raise UsageError(launch.problem)
     # `python train.py` is job "train", not "python".
     name = spec.name or launch.name
-    fabric_env, user_exports, requeue_exports, user_sets = _job_environment(spec, partition, template_name, warnings)
+    fabric_env, user_exports, requeue_exports, user_sets = _job_environment(spec, cluster, partition, template_name,
+                                                                                  warnings)
     container = container_launch(cluster, partition, spec, template_name, fabric_env)
     if container is not None and container.runtime == "oci" and ntasks > 1:
         warnings.append("runtime oci: Slurm 22.05 starts one task per node in a container and refuses the "
@@ -365,7 +366,8 @@ def _task_shape(template_name: str, spec: JobSpec, cluster: Cluster, partition: 
     return workers, ntasks, task_cpus
 
 
-def _job_environment(spec: JobSpec, partition: Partition, template_name: str, warnings: List[str]):
+def _job_environment(spec: JobSpec, cluster: Cluster, partition: Partition, template_name: str,
+                     warnings: List[str]):
     """(the fabric's variables, the --env exports, the requeue daemon's exports, the --env settings the
     template's shell must keep) of the job."""
     fabric_env = collective.collective_env(partition)
@@ -376,10 +378,13 @@ def _job_environment(spec: JobSpec, partition: Partition, template_name: str, wa
     user_exports = _exports(spec.env, "--env")
     requeue_exports = []
     if spec.checkpoint_dir is not None:
-        for key in ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_RESUME_FROM"):
+        for key in ("SLURMKIT_CHECKPOINT_DIR", "SLURMKIT_ATTEMPT", "SLURMKIT_RESUME_FROM", "SLURMKIT_CLUSTER"):
             if key in spec.env:
                 raise UsageError("--env %s: the requeue daemon sets it for each attempt" % key)
-        requeue_env = {"SLURMKIT_CHECKPOINT_DIR": spec.checkpoint_dir, "SLURMKIT_ATTEMPT": str(spec.attempt or 1)}
+        # The cluster too: a restart may run on another cluster than the one the command was written for
+        # (the API's call names its first one), and the job's global id is the cluster it runs on.
+        requeue_env = {"SLURMKIT_CHECKPOINT_DIR": spec.checkpoint_dir, "SLURMKIT_ATTEMPT": str(spec.attempt or 1),
+                       "SLURMKIT_CLUSTER": cluster.name}
         if spec.resume_from:
             requeue_env["SLURMKIT_RESUME_FROM"] = spec.resume_from
         requeue_exports = _exports(requeue_env, "requeue")

@@ -36,6 +36,7 @@ export NCCL_NET_GDR_LEVEL=PHB
 # Under the slurmkit requeue daemon: where checkpoints go, this attempt, the checkpoint to resume.
 export SLURMKIT_CHECKPOINT_DIR=/scratch/me/ckpt/run1
 export SLURMKIT_ATTEMPT=2
+export SLURMKIT_CLUSTER=hopper
 # SIGUSR1 comes before the time limit (--signal=B:USR1): pass it to the program so it can save,
 # and exit 75 ("saved, resume me") when the program ended after it.  torchrun forwards it to its
 # workers when asked to handle it: --signals-to-handle, read from PET_SIGNALS_TO_HANDLE (its
@@ -278,7 +279,7 @@ slurmkit_node_launcher() {
 }
 export -f slurmkit_node_launcher
 # One launcher per node; each starts 8 worker(s).
-slurmkit_run_step srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/shared/images/nvidia+pytorch+25.01-py3.sqsh --container-workdir="$PWD" --container-mounts=/scratch:/scratch,/datasets:/datasets:ro,/home/me/data:/data:ro,/scratch/me/ckpt/run1:/scratch/me/ckpt/run1,/dev/infiniband:/dev/infiniband,/sys/class/infiniband:/sys/class/infiniband:ro,"$PWD":"$PWD" --container-env=NCCL_IB_HCA,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,NCCL_IB_TIMEOUT,NCCL_IB_RETRY_CNT,NCCL_NET_GDR_LEVEL,WANDB_MODE,MASTER_ADDR,MASTER_PORT,SLURMKIT_NODE_ADDRS,SLURMKIT_CHECKPOINT_DIR,SLURMKIT_ATTEMPT,SLURMKIT_STEP_DIR,SLURMKIT_HEARTBEAT,PET_SIGNALS_TO_HANDLE,TORCHELASTIC_SIGNALS_TO_HANDLE,HF_HOME \
+slurmkit_run_step srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=/shared/images/nvidia+pytorch+25.01-py3.sqsh --container-workdir="$PWD" --container-mounts=/scratch:/scratch,/datasets:/datasets:ro,/home/me/data:/data:ro,/scratch/me/ckpt/run1:/scratch/me/ckpt/run1,/dev/infiniband:/dev/infiniband,/sys/class/infiniband:/sys/class/infiniband:ro,"$PWD":"$PWD" --container-env=NCCL_IB_HCA,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,NCCL_IB_TIMEOUT,NCCL_IB_RETRY_CNT,NCCL_NET_GDR_LEVEL,WANDB_MODE,MASTER_ADDR,MASTER_PORT,SLURMKIT_NODE_ADDRS,SLURMKIT_CHECKPOINT_DIR,SLURMKIT_ATTEMPT,SLURMKIT_CLUSTER,SLURMKIT_STEP_DIR,SLURMKIT_HEARTBEAT,PET_SIGNALS_TO_HANDLE,TORCHELASTIC_SIGNALS_TO_HANDLE,HF_HOME \
     bash -c "$slurmkit_in_image" slurmkit-in-image pytorch-25.01 "$slurmkit_host_root" "$slurmkit_host_net" "$PWD" /scratch/me/ckpt/run1 -- bash -c 'slurmkit_node_launcher "$@"' torchrun \
     "${slurmkit_launcher[@]}" --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 \
     --rdzv-backend=c10d --rdzv-endpoint="$slurmkit_endpoint" --rdzv-id="$SLURM_JOB_ID" \

@@ -252,6 +252,24 @@ def wait_job_state(cluster, jobid, states, timeout=60.0, interval=1.0):
         time.sleep(interval)
 
 
+def local_site_data() -> dict:
+    """site_configs/local.yaml as data, its relative paths made absolute (and its x- anchors left out), so that a
+    test's changed copy can live anywhere."""
+    import yaml
+
+    local = Path(__file__).resolve().parents[2] / "site_configs" / "local.yaml"
+
+    def absolute(value):
+        if isinstance(value, dict):
+            return {k: absolute(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [absolute(v) for v in value]
+        if isinstance(value, str) and value.startswith("../"):
+            return str((local.parent / value).resolve())
+        return value
+    return {k: v for k, v in absolute(yaml.safe_load(local.read_text())).items() if not k.startswith("x-")}
+
+
 def cancel_later(request, cluster, job_id):
     """Cancel the job when the test ends, whatever happened."""
     request.addfinalizer(lambda: slurm(cluster, "scancel", job_id, check=False))

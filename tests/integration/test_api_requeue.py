@@ -18,7 +18,7 @@ import pytest
 
 import slurmkit
 
-from conftest import job_info, node_lock, slurm, wait_job_state
+from conftest import job_info, local_site_data, node_lock, slurm, wait_job_state
 from harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,16 +58,18 @@ def cycle():
         daemon.journal.close()
 
 
-def fail_the_node_under(job, attempt_id, devcluster):
+def fail_the_node_under(job, attempt_id, devcluster, restarted=1):
     """Set VICTIM DOWN (under the suite's node lock) until the attempt on it has ended NODE_FAIL and one daemon
-    cycle has restarted the job; the node is resumed in a finally, whatever happened."""
+    cycle has seen it and restarted the job (``restarted``: 0 when the restart waits for its backoff); the node
+    is resumed in a finally, whatever happened.  The cycle's report."""
     reason = "slurmkit-test: api node failure %d" % os.getpid()
     with node_lock(devcluster):
         slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=DOWN", "Reason=" + reason)
         try:
             wait_job_state("alpha", attempt_id.split(":")[1], "NODE_FAIL", timeout=60)
             report = cycle()
-            assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == 1, report
+            assert report.finished == [(job.tracked_id, "NODE_FAIL")] and len(report.restarted) == restarted, report
+            return report
         finally:
             if node_field(VICTIM, "Reason").startswith("slurmkit-test"):
                 slurm("alpha", "scontrol", "update", "NodeName=" + VICTIM, "State=RESUME", check=False)
@@ -186,3 +188,52 @@ def test_after_a_node_failure_the_daemon_restarts_the_returned_submission_again(
         assert [a.resume_from.rsplit("/", 1)[-1] if a.resume_from else None for a in attempts] == \
             [None, "step-1.call", "step-1.call"]
         assert job.job_id not in (first, second) and cycle().stopped == [(job.tracked_id, "the job completed")]
+
+
+def outlive_two_failures():
+    """Waits on its first two attempts (until their node fails); the third returns where and what it is."""
+    from slurmkit.helpers import JobEnvironment
+
+    attempt = int(os.environ["SLURMKIT_ATTEMPT"])
+    if attempt < 3:
+        print("attempt %d running" % attempt, flush=True)
+        time.sleep(600)
+    return attempt, JobEnvironment().global_job_id, os.environ["SLURMD_NODENAME"]
+
+
+@pytest.mark.slow
+def test_a_restart_goes_to_a_cluster_sharing_the_checkpoints_when_its_own_cannot_be_reached(
+        tmp_path, monkeypatch, devcluster, devcluster_control):
+    """The site says alpha and beta share the checkpoint filesystem.  The call's node fails twice in a row: the
+    second restart waits for its backoff (30 s), during which alpha's slurmctld is stopped; the daemon's next
+    cycle cannot reach alpha and submits the restart to beta, without alpha's node names (beta refuses a job
+    excluding a node it does not know), and the call's Job follows it there to the result."""
+    import yaml
+
+    monkeypatch.setenv("SLURMKIT_STATE_DIR", str(tmp_path / "state"))
+    data = local_site_data()
+    data["requeue"]["shared_checkpoint_clusters"] = ["alpha", "beta"]
+    site = tmp_path / "shared.yaml"
+    site.write_text(yaml.safe_dump(data))
+    others = [n for n in ("an1", "an2", "an3", "an4") if n != VICTIM]
+    with slurmkit.AutoExecutor(tmp_path / "jobs", cluster="alpha", site=str(site)) as ex:
+        ex.update_parameters(timeout_min=5, slurm_partition="cpu", auto_requeue=True,
+                             slurm_additional_parameters={"exclude": others})
+        job = ex.submit(outlive_two_failures)
+        first = job.job_id
+        wait_until(lambda: "attempt 1 running" in (job.stdout() or ""), 60, what="the first attempt to run")
+        fail_the_node_under(job, first, devcluster)                   # restarted at once, on alpha
+        wait_until(lambda: "attempt 2 running" in (job.stdout() or ""), 90, what="the second attempt to run")
+        second = job.job_id
+        report = fail_the_node_under(job, second, devcluster, restarted=0)     # the second in a row: backoff
+        assert report.next_due is not None and report.next_due > time.time() + 10, report
+        with devcluster_control.ctld_stopped("alpha"):
+            time.sleep(max(0.0, report.next_due - time.time()) + 0.5)
+            moved = cycle()
+        assert [where.split(":")[0] for _, where in moved.restarted] == ["beta"], moved
+        attempt, seen_id, node = job.result()
+        assert (attempt, seen_id) == (3, job.job_id) and job.job_id.startswith("beta:") and node.startswith("bn")
+        events = " ".join(e["message"] for e in job._tracked().events)
+        assert "submitting to beta, which shares the checkpoint directory" in events, events
+        assert cycle().stopped == [(job.tracked_id, "the job completed")]
+

@@ -17,24 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import cancel_later, fill, job_info, slurm, wait_job_state
+from conftest import cancel_later, fill, job_info, local_site_data, slurm, wait_job_state
 from harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL = ROOT / "site_configs" / "local.yaml"
 POWER = {"gpu_idle_watts": 60, "gpu_busy_watts": 400, "node_idle_watts": 100, "node_busy_watts": 300}
 ONE_GPU = ["-N", "1", "--gpus-per-node", "1", "-T", "single"]
-
-
-def _absolute(value):
-    """local.yaml's relative paths made absolute, so that the copy can live anywhere."""
-    if isinstance(value, dict):
-        return {k: _absolute(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_absolute(v) for v in value]
-    if isinstance(value, str) and value.startswith("../"):
-        return str((LOCAL.parent / value).resolve())
-    return value
 
 
 def flat(value):
@@ -54,8 +42,7 @@ def green(tmp_path):
     """green(energy by cluster[, time zone by cluster]) -> run(*args): slurmkit with a copy of local.yaml holding
     those energy settings."""
     def make(energy, timezones=None, python=None):
-        site = _absolute(yaml.safe_load(LOCAL.read_text()))
-        site = {k: v for k, v in site.items() if not k.startswith("x-")}
+        site = local_site_data()
         for name, cluster in site["clusters"].items():
             if name in energy:
                 cluster["energy"] = energy[name]
@@ -207,7 +194,7 @@ def test_eff_takes_the_gpus_energy_from_the_nvml_samples_each_node_wrote(devclus
              "-t", "2"]
     fake = json.loads(run("submit", *shape, "--env", "PYTHONPATH=%s" % FAKE_NVML, "--env",
                           "SLURMKIT_FAKE_NVML_GPUS=8", "--", "sleep", "6").stdout)["job_id"]
-    real = json.loads(run("submit", *shape, "--", "true").stdout)["job_id"]
+    real = json.loads(run("submit", *shape, "--", "sleep", "2").stdout)["job_id"]
     for job in (fake, real):
         cancel_later(request, "alpha", job)
     for job in (fake, real):
