@@ -30,6 +30,8 @@ LOG_TAIL_BYTES = 4000
 # A job under the requeue daemon whose attempt ended without a result, and whose end the daemon has not
 # recorded in this long, is taken as ended: no daemon watches the journal (its slowest poll is 60 s).
 DAEMON_WAIT_S = 180.0
+# How long Job.wait asks Slurm for the end of a job whose call has left its outcome (its task exits right after).
+SETTLE_S = 5.0
 
 
 def cluster_paths(cluster_folder: str, token: str, array: bool = False) -> Dict[str, str]:
@@ -256,10 +258,11 @@ class Job:
     def wait(self, timeout: Optional[float] = None, clock=time) -> None:
         """Until the job ends: Slurm is asked on a schedule backing off from 0.5 s to 5 s
         (:class:`StateWatcher` keeps it one query per cluster for all of the process's jobs), and in
-        between the call's outcome is looked for, every 0.2 s at first and at most every 1 s later: a
-        call's result is final once its outcome is there, and a file read (on the login node for a
-        cluster reached over SSH) costs slurmctld nothing, so a short call's end is seen within a
-        fraction of a second, not a whole backed-off poll later.  A job under the requeue daemon waits
+        between the call's outcome is looked for, every 0.2 s at first and at most every 1 s later (a
+        file read, on the login node for a cluster reached over SSH, costs slurmctld nothing); once it
+        is there, Slurm is asked every 0.25 s until it says the job ended (for at most
+        :data:`SETTLE_S`), so a short call's end is seen within a fraction of a second of Slurm's, not
+        a whole backed-off poll later.  A job under the requeue daemon waits
         for Slurm and the daemon alone (an outcome may precede a restart's).
         :class:`~slurmkit.errors.WaitTimeoutError` after ``timeout`` seconds."""
         from slurmkit.errors import WaitTimeoutError
@@ -272,6 +275,11 @@ class Job:
         while True:
             now = clock.monotonic()
             if peek and all(self._outcome(task) is not None for task in tasks):
+                # The task exits right after writing it: Slurm says so within moments.  Asked until it does
+                # (a few seconds at most), so that done() and state agree with the result when it returns.
+                settle = now + SETTLE_S
+                while not self.done(force_check=True) and clock.monotonic() < settle:
+                    clock.sleep(0.25)
                 return
             if now >= slurm_due:
                 if self.done():

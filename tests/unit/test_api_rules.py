@@ -390,27 +390,35 @@ def test_a_batch_carries_each_calls_own_function_and_a_checkpointable_one_is_che
 
 def test_a_calls_end_is_seen_by_its_outcome_within_a_fraction_of_a_second_at_slurms_old_query_rate(tmp_path):
     """wait() looks for the call's outcome (a file read: nothing of slurmctld) between Slurm's queries, which keep
-    their back-off: a call that left its outcome while Slurm still says RUNNING is over 0.2 s later, and a
-    minute of waiting on one that runs on costs what it did (about one query every 5 s once backed off)."""
+    their back-off; once the outcome is there Slurm is asked at once, so done() and state agree with the result.
+    A minute of waiting on a call that runs on costs what it did (about one query every 5 s once backed off)."""
     from slurmkit.api import AutoExecutor
+    from slurmkit.api.job import SETTLE_S
     from slurmkit.testing import FakeClock, FakeSlurm, fake_session
 
     clock = FakeClock()
     alpha = FakeSlurm("alpha", clock=clock)
     ex = AutoExecutor(tmp_path / "jobs", site=fake_session(alpha=alpha), python=sys.executable)
     ex._watcher.clock = clock
-    quick, slow = ex.submit(pow, 2, 5), ex.submit(pow, 3, 3)
-    for job in (quick, slow):
+    quick, late, slow = ex.submit(pow, 2, 5), ex.submit(pow, 2, 6), ex.submit(pow, 3, 3)
+    for job in (quick, late, slow):
         alpha.set_state(job.job_id.split(":")[1], "RUNNING", nodes="an1")
-    files = quick._record["files"]
-    proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, files["call"], files["result"]],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert [j.state for j in (quick, late, slow)] == ["RUNNING"] * 3     # seen so by the watcher
+    for job in (quick, late):
+        files = job._record["files"]
+        proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, files["call"], files["result"]],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    alpha.finish(quick.job_id.split(":")[1], "COMPLETED")     # Slurm knows; the watcher has not asked yet
     asked = len(alpha.calls)
     began = clock.monotonic()
     quick.wait(clock=clock)
-    assert clock.monotonic() - began <= 0.2 and quick.result() == 32
-    assert len(alpha.calls) - asked <= 1 and quick.state == "RUNNING"      # Slurm has not said so yet
+    assert clock.monotonic() - began < 0.2 and len(alpha.calls) - asked == 1
+    assert quick.result() == 32 and quick.done() and quick.state == "COMPLETED"
+    # An outcome Slurm does not follow with the job's end (a slow epilog): waited for SETTLE_S at most.
+    began = clock.monotonic()
+    late.wait(clock=clock)
+    assert SETTLE_S <= clock.monotonic() - began <= SETTLE_S + 0.5 and late.result() == 64
     asked = len(alpha.calls)
     with pytest.raises(WaitTimeoutError):
         slow.wait(timeout=60, clock=clock)
